@@ -1,0 +1,106 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SubnetSpec claims a range from a pool: either an explicit cidr, or a
+// prefixLength that the controller allocates. With neither, the defaulting
+// webhook fills prefixLength from the pool's defaultPrefixLength (and the
+// controller falls back to it when the webhook was bypassed).
+//
+// The spec is immutable: a Subnet is a claim, and moving a claim means
+// releasing it (delete) and claiming anew (create).
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.cidr) && has(self.prefixLength))",message="set either cidr (an explicit range) or prefixLength (a range the controller allocates), not both"
+// +kubebuilder:validation:XValidation:rule="has(self.cidr) == has(oldSelf.cidr) && has(self.prefixLength) == has(oldSelf.prefixLength)",message="cidr and prefixLength cannot be added or removed after creation"
+type SubnetSpec struct {
+	// PoolRef names the SubnetPool, in the same namespace, the range is
+	// claimed from. Immutable. The pool need not exist yet: the Subnet waits
+	// (Ready=False, reason PoolNotFound) until it does.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="poolRef is immutable"
+	PoolRef string `json:"poolRef"`
+
+	// CIDR is an explicit range to claim, in canonical form (10.0.1.0/24,
+	// 2001:db8:0:1::/64). Host bits must be zero. Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.1.0/24 or 2001:db8:0:1::/64 (no zone, no leading zeros, no IPv4-mapped IPv6)"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",messageExpression="'host bits set; did you mean ' + string(cidr(self).masked()) + '?'"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) != cidr(self).masked() || string(cidr(self)) == self",messageExpression="'not in canonical form; did you mean ' + string(cidr(self)) + '?'"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cidr is immutable"
+	CIDR string `json:"cidr,omitempty"`
+
+	// PrefixLength asks the controller to allocate a free range of this
+	// length from the pool (best fit: the smallest free block that holds it,
+	// lowest address first). Immutable.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=128
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="prefixLength is immutable"
+	PrefixLength *int32 `json:"prefixLength,omitempty"`
+}
+
+// SubnetStatus is what the controller decided for the claim.
+type SubnetStatus struct {
+	// ObservedGeneration is the generation of the spec this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// CIDR is the range this Subnet holds: spec.cidr once confirmed, or the
+	// range the controller allocated. Set only while Ready is True, and
+	// never changed once set.
+	// +optional
+	CIDR string `json:"cidr,omitempty"`
+
+	// Addresses is the number of addresses in status.cidr, as a decimal
+	// string (an IPv6 /64 holds 2^64).
+	// +optional
+	Addresses string `json:"addresses,omitempty"`
+
+	// Conditions: Ready, with reason Allocated when the range is held, or
+	// PoolNotFound, PoolNotReady, Overlaps, PoolExhausted, OutOfRange while
+	// it is not.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// Subnet is a range claimed from a SubnetPool.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sn,categories=ipam
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef`
+// +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.status.cidr`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Requested",type=string,JSONPath=`.spec.cidr`,priority=1
+// +kubebuilder:printcolumn:name="Prefix",type=integer,JSONPath=`.spec.prefixLength`,priority=1
+// +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=`.status.addresses`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Subnet struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec SubnetSpec `json:"spec"`
+
+	// +optional
+	Status SubnetStatus `json:"status,omitempty"`
+}
+
+// SubnetList is a list of Subnets.
+//
+// +kubebuilder:object:root=true
+type SubnetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Subnet `json:"items"`
+}

@@ -1,0 +1,75 @@
+package v1alpha1
+
+// Condition types.
+const (
+	// ConditionReady on a Subnet: the range in status.cidr is held. On a
+	// pool: the pool serves spec.cidr (for a child pool, its parent granted it).
+	ConditionReady = "Ready"
+	// ConditionExhausted on a pool: no block of defaultPrefixLength is left.
+	ConditionExhausted = "Exhausted"
+	// ConditionOverlapping on a pool: some of its claims lost arbitration.
+	ConditionOverlapping = "Overlapping"
+)
+
+// Condition reasons. They are CamelCase and stable: dashboards and alerts
+// match on them.
+const (
+	// ReasonAllocated: the Subnet holds its range.
+	ReasonAllocated = "Allocated"
+	// ReasonPending: the claim has not been decided yet.
+	ReasonPending = "Pending"
+	// ReasonPoolNotFound: the referenced pool (or parent pool) does not exist;
+	// the claim waits for it.
+	ReasonPoolNotFound = "PoolNotFound"
+	// ReasonPoolNotReady: the referenced pool exists but serves no range yet,
+	// or is being deleted.
+	ReasonPoolNotReady = "PoolNotReady"
+	// ReasonOverlaps: the claim overlaps a claim that won arbitration.
+	ReasonOverlaps = "Overlaps"
+	// ReasonPoolExhausted: no free block of the requested length is left.
+	ReasonPoolExhausted = "PoolExhausted"
+	// ReasonOutOfRange: the claim lies outside the pool, inside a reserved
+	// range, is of the other address family, or its prefix length is outside
+	// the pool's bounds.
+	ReasonOutOfRange = "OutOfRange"
+	// ReasonInvalidSpec: the spec cannot be parsed (only reachable when the
+	// CRD schema and the webhook were both bypassed).
+	ReasonInvalidSpec = "InvalidSpec"
+
+	// ReasonAvailable: the pool serves its range.
+	ReasonAvailable = "Available"
+	// ReasonTerminating: the pool is being deleted and waits for its claims
+	// to go.
+	ReasonTerminating = "Terminating"
+	// ReasonCycle: the pool's parentRef chain leads back to itself.
+	ReasonCycle = "Cycle"
+	// ReasonClaimsOutside: spec.cidr shrank below claims the pool still
+	// holds; the pool keeps serving status.cidr.
+	ReasonClaimsOutside = "ClaimsOutside"
+
+	// ReasonNoFreeBlock: Exhausted is True.
+	ReasonNoFreeBlock = "NoFreeBlock"
+	// ReasonFreeBlocksLeft: Exhausted is False.
+	ReasonFreeBlocksLeft = "FreeBlocksLeft"
+	// ReasonNoDefaultLength: Exhausted is Unknown, the pool has no
+	// defaultPrefixLength to measure against.
+	ReasonNoDefaultLength = "NoDefaultPrefixLength"
+	// ReasonClaimsOverlap: Overlapping is True.
+	ReasonClaimsOverlap = "ClaimsOverlap"
+	// ReasonNoOverlap: Overlapping is False.
+	ReasonNoOverlap = "NoOverlap"
+)
+
+const (
+	// LabelPool is set on every Subnet by the defaulting webhook to the name
+	// of its pool, for label selectors and dashboards.
+	LabelPool = "ipam.subnet-operator.io/pool"
+
+	// FinalizerPoolProtection keeps a pool while Subnets or child pools still
+	// use it, even when the admission webhook was bypassed.
+	FinalizerPoolProtection = "ipam.subnet-operator.io/pool-protection"
+
+	// AnnotationRecompute on a pool: changing its value forces the controller
+	// to recompute the pool's status (for example after restoring a backup).
+	AnnotationRecompute = "ipam.subnet-operator.io/recompute"
+)
