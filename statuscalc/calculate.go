@@ -1,0 +1,296 @@
+package statuscalc
+
+import (
+	"fmt"
+	"math/big"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ipspace"
+)
+
+// Figures are the measured parts of a pool's status.
+type Figures struct {
+	// Serving is the range the pool serves; invalid when it serves none.
+	Serving netip.Prefix
+	Usage   ipspace.Usage
+	// Allocatable counts blocks of spec.defaultPrefixLength still free; nil
+	// when the pool has no default length.
+	Allocatable *big.Int
+	// ExhaustionLength is the prefix length Exhausted is measured at, and
+	// AllocatableAtExhaustionLength the free blocks of that length.
+	ExhaustionLength              int
+	AllocatableAtExhaustionLength *big.Int
+	Subnets                       int32
+	ChildPools                    int32
+	// Conflicts lists claims that lose to an overlapping claim, in winner
+	// order of the losers.
+	Conflicts []Conflict
+}
+
+// Readiness is the pool's Ready condition, which the reconciler decides
+// (is the range valid, did the parent grant it, is the pool terminating).
+type Readiness struct {
+	Status  metav1.ConditionStatus
+	Reason  string
+	Message string
+}
+
+// Measure fills the figures that come from a pool's free-space map. The map
+// must hold exactly the claims that hold their ranges.
+func Measure(pool *ipamv1.SubnetPool, space *ipspace.Space) Figures {
+	f := Figures{Serving: space.Pool(), Usage: space.Usage()}
+	width := f.Serving.Addr().BitLen()
+	f.ExhaustionLength = width
+	switch {
+	case pool.Spec.DefaultPrefixLength != nil:
+		f.ExhaustionLength = int(*pool.Spec.DefaultPrefixLength)
+		f.Allocatable = space.AllocatableBlocks(f.ExhaustionLength)
+		f.AllocatableAtExhaustionLength = f.Allocatable
+		return f
+	case pool.Spec.MaxPrefixLength != nil:
+		f.ExhaustionLength = int(*pool.Spec.MaxPrefixLength)
+	}
+	f.AllocatableAtExhaustionLength = space.AllocatableBlocks(f.ExhaustionLength)
+	return f
+}
+
+// Calculate computes a pool's figures from plain lists, the slow path
+// (O(n log n)) that the auditor and the tests use. Only held ranges count as
+// allocated; a pending request that would lose is reported as a conflict.
+func Calculate(serving netip.Prefix, pool *ipamv1.SubnetPool, subnets []ipamv1.Subnet, children []ipamv1.SubnetPool) Figures {
+	claims := make([]Claim, 0, len(subnets)+len(children))
+	for i := range subnets {
+		claims = append(claims, FromSubnet(&subnets[i]))
+	}
+	for i := range children {
+		claims = append(claims, FromChildPool(&children[i]))
+	}
+	var f Figures
+	if serving.IsValid() {
+		space, conflicts := Arbitrate(serving, ParseReserved(pool.Spec.Reserved), claims)
+		f = Measure(pool, space)
+		f.Conflicts = conflicts
+	}
+	f.Subnets = int32(len(subnets))
+	f.ChildPools = int32(len(children))
+	return f
+}
+
+// Arbitrate builds the free-space map of a pool from its claims and decides
+// who wins, in the winner order of design invariant 1:
+//   - held ranges are placed first; when two collide (only a bypassed
+//     arbiter can cause that) the older keeps it and the younger loses;
+//   - pending explicit requests are then decided oldest first: a request
+//     loses to a held range or an older winning request it overlaps. Winning
+//     requests are not placed: they hold nothing until the arbiter grants them.
+//
+// Requests outside the pool or on reserved ranges are out of range, not in
+// conflict, and are not reported.
+func Arbitrate(pool netip.Prefix, reserved []netip.Prefix, claims []Claim) (*ipspace.Space, []Conflict) {
+	var held []heldRange
+	var pending []Claim
+	for i, c := range claims {
+		switch {
+		case c.Held.IsValid():
+			held = append(held, heldRange{p: c.Held, claim: &claims[i]})
+		case c.Requested.IsValid() && Contains(pool, c.Requested):
+			pending = append(pending, c)
+		}
+	}
+	// Sorted by address, the ranges need no sorting in NewSpaceHolding and
+	// serve the overlap lookups below.
+	slices.SortFunc(held, func(a, b heldRange) int { return a.p.Addr().Compare(b.p.Addr()) })
+	ranges := make([]netip.Prefix, len(held))
+	for i, h := range held {
+		ranges[i] = h.p
+	}
+	space, err := ipspace.NewSpaceHolding(pool, reserved, ranges)
+	var conflicts []Conflict
+	if err != nil {
+		space, held, conflicts = placeOldestFirst(pool, reserved, held)
+	}
+
+	slices.SortFunc(pending, Older)
+	requests := ipspace.NewIndex[int]() // winning requests, by position in pending
+	for i, c := range pending {
+		if w, ok := heldOverlapping(held, c.Requested); ok {
+			conflicts = append(conflicts, Conflict{Loser: c.Ref, LoserRange: c.Requested, Winner: w.Ref, WinnerRange: w.Held})
+			continue
+		}
+		if w := requests.OverlappingSlice(c.Requested); len(w) > 0 {
+			winner := pending[w[0].Owner]
+			conflicts = append(conflicts, Conflict{Loser: c.Ref, LoserRange: c.Requested, Winner: winner.Ref, WinnerRange: winner.Requested})
+			continue
+		}
+		if space.IsFree(c.Requested) { // not on a reserved range
+			requests.Insert(c.Requested, i)
+		}
+	}
+	return space, conflicts
+}
+
+// heldRange is a held range and its claim; small, so that sorting 100k of
+// them moves little memory.
+type heldRange struct {
+	p     netip.Prefix
+	claim *Claim
+}
+
+// placeOldestFirst claims held ranges one by one in winner order; the ones
+// that collide lose. It returns the map, the ranges that hold (by address)
+// and the losers.
+func placeOldestFirst(pool netip.Prefix, reserved []netip.Prefix, held []heldRange) (*ipspace.Space, []heldRange, []Conflict) {
+	slices.SortFunc(held, func(a, b heldRange) int { return Older(*a.claim, *b.claim) })
+	space := ipspace.NewSpace(pool, reserved)
+	winners := ipspace.NewIndex[int]()
+	var placed []heldRange
+	var conflicts []Conflict
+	for _, h := range held {
+		if err := space.Claim(h.p); err != nil {
+			conflict := Conflict{Loser: h.claim.Ref, LoserRange: h.p}
+			if w := winners.OverlappingSlice(h.p); len(w) > 0 {
+				conflict.Winner, conflict.WinnerRange = placed[w[0].Owner].claim.Ref, placed[w[0].Owner].p
+			}
+			conflicts = append(conflicts, conflict)
+			continue
+		}
+		winners.Insert(h.p, len(placed))
+		placed = append(placed, h)
+	}
+	slices.SortFunc(placed, func(a, b heldRange) int { return a.p.Addr().Compare(b.p.Addr()) })
+	return space, placed, conflicts
+}
+
+// heldOverlapping finds a claim whose held range overlaps p among disjoint
+// ranges sorted by address. Only two can: the last that starts at or before
+// p (it may contain p), or the first that starts inside p.
+func heldOverlapping(sorted []heldRange, p netip.Prefix) (Claim, bool) {
+	i, _ := slices.BinarySearchFunc(sorted, p.Addr(), func(h heldRange, a netip.Addr) int { return h.p.Addr().Compare(a) })
+	// sorted[i] is the first that starts at or after p's address.
+	if i < len(sorted) && sorted[i].p.Overlaps(p) {
+		return *sorted[i].claim, true
+	}
+	if i > 0 && sorted[i-1].p.Overlaps(p) {
+		return *sorted[i-1].claim, true
+	}
+	return Claim{}, false
+}
+
+// Contains reports whether inner lies entirely inside outer (same family).
+func Contains(outer, inner netip.Prefix) bool {
+	return outer.Bits() <= inner.Bits() && outer.Contains(inner.Addr())
+}
+
+// ParseReserved parses spec.reserved, skipping entries the schema would have
+// rejected.
+func ParseReserved(reserved []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(reserved))
+	for _, r := range reserved {
+		if p, err := ipspace.ParsePrefix(r); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// maxConflictsNamed bounds the Overlapping message so it does not grow with
+// the pool and does not flap.
+const maxConflictsNamed = 3
+
+// Status returns the pool's new status: the figures, and the Ready,
+// Exhausted and Overlapping conditions set onto a copy of the current ones
+// (so a condition's lastTransitionTime moves only when its status does).
+func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPoolStatus {
+	st := ipamv1.SubnetPoolStatus{
+		ObservedGeneration: pool.Generation,
+		Subnets:            f.Subnets,
+		ChildPools:         f.ChildPools,
+		Conditions:         slices.Clone(pool.Status.Conditions),
+	}
+	set := func(c metav1.Condition) {
+		c.ObservedGeneration = pool.Generation
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+	set(metav1.Condition{Type: ipamv1.ConditionReady, Status: ready.Status, Reason: ready.Reason, Message: ready.Message})
+
+	if !f.Serving.IsValid() {
+		set(metav1.Condition{Type: ipamv1.ConditionExhausted, Status: metav1.ConditionUnknown, Reason: ready.Reason,
+			Message: "the pool serves no range yet"})
+		set(overlapping(f.Conflicts))
+		return st
+	}
+	u := f.Usage
+	st.CIDR = f.Serving.String()
+	st.Capacity = u.Capacity.String()
+	st.Reserved = u.Reserved.String()
+	st.Allocated = u.Held.String()
+	st.Free = u.Free.String()
+	st.Utilization = FormatPercent(u.Held, new(big.Int).Sub(u.Capacity, u.Reserved))
+	if u.LargestFree.IsValid() {
+		st.LargestFreeBlock = u.LargestFree.String()
+	}
+	if f.Allocatable != nil {
+		st.AllocatableBlocks = f.Allocatable.String()
+	}
+	set(exhausted(f))
+	set(overlapping(f.Conflicts))
+	return st
+}
+
+func exhausted(f Figures) metav1.Condition {
+	if f.AllocatableAtExhaustionLength != nil && f.AllocatableAtExhaustionLength.Sign() > 0 {
+		return metav1.Condition{Type: ipamv1.ConditionExhausted, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonFreeBlocksLeft,
+			Message: fmt.Sprintf("%s free /%d blocks left", f.AllocatableAtExhaustionLength, f.ExhaustionLength)}
+	}
+	msg := fmt.Sprintf("no free /%d block left", f.ExhaustionLength)
+	if f.Usage.LargestFree.IsValid() {
+		msg += fmt.Sprintf(" (largest free block: %s)", f.Usage.LargestFree)
+	}
+	return metav1.Condition{Type: ipamv1.ConditionExhausted, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonNoFreeBlock,
+		Message: msg + "; grow spec.cidr or release Subnets"}
+}
+
+func overlapping(conflicts []Conflict) metav1.Condition {
+	if len(conflicts) == 0 {
+		return metav1.Condition{Type: ipamv1.ConditionOverlapping, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonNoOverlap,
+			Message: "no claims overlap"}
+	}
+	named := make([]string, 0, maxConflictsNamed)
+	for _, c := range conflicts[:min(len(conflicts), maxConflictsNamed)] {
+		named = append(named, c.String())
+	}
+	msg := fmt.Sprintf("%d claims lose to overlapping claims: %s", len(conflicts), strings.Join(named, "; "))
+	if extra := len(conflicts) - maxConflictsNamed; extra > 0 {
+		msg += fmt.Sprintf("; and %d more", extra)
+	}
+	return metav1.Condition{Type: ipamv1.ConditionOverlapping, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonClaimsOverlap,
+		Message: msg + "; delete the losing claims or pick free ranges"}
+}
+
+// FormatPercent formats part/whole as a percentage with two decimals,
+// truncated (so a pool shows 100.00% only when it is full). A whole of zero
+// (everything reserved) reads as full.
+func FormatPercent(part, whole *big.Int) string {
+	if whole.Sign() <= 0 {
+		return "100.00%"
+	}
+	basisPoints := new(big.Int).Mul(part, big.NewInt(10000))
+	basisPoints.Quo(basisPoints, whole)
+	bp := basisPoints.Int64()
+	return fmt.Sprintf("%d.%02d%%", bp/100, bp%100)
+}
+
+// Ratio returns part/whole as a float64 for metrics; 1 when whole is zero.
+func Ratio(part, whole *big.Int) float64 {
+	if whole.Sign() <= 0 {
+		return 1
+	}
+	r, _ := new(big.Rat).SetFrac(part, whole).Float64()
+	return r
+}

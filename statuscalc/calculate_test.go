@@ -1,0 +1,255 @@
+package statuscalc
+
+import (
+	"math/big"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func pool(cidr string, defaultLength *int32, reserved ...string) *ipamv1.SubnetPool {
+	return &ipamv1.SubnetPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Generation: 3},
+		Spec:       ipamv1.SubnetPoolSpec{CIDR: cidr, DefaultPrefixLength: defaultLength, Reserved: reserved},
+	}
+}
+
+// subnet builds a Subnet created age seconds after t0; held is its
+// status.cidr while Ready (empty: not Ready).
+func subnet(name string, age int, requested, held string) ipamv1.Subnet {
+	s := ipamv1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))},
+		Spec:       ipamv1.SubnetSpec{PoolRef: "p", CIDR: requested},
+	}
+	if requested == "" {
+		s.Spec.PrefixLength = ptr.To[int32](24)
+	}
+	if held != "" {
+		s.Status.CIDR = held
+		s.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated}}
+	}
+	return s
+}
+
+func child(name string, age int, cidr, held string) ipamv1.SubnetPool {
+	return ipamv1.SubnetPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))},
+		Spec:       ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: "p"},
+		Status:     ipamv1.SubnetPoolStatus{CIDR: held},
+	}
+}
+
+var available = Readiness{Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAvailable, Message: "serving"}
+
+func TestCalculateStatus(t *testing.T) {
+	tests := []struct {
+		name     string
+		pool     *ipamv1.SubnetPool
+		subnets  []ipamv1.Subnet
+		children []ipamv1.SubnetPool
+		want     ipamv1.SubnetPoolStatus
+	}{
+		{
+			name: "empty IPv4 pool",
+			pool: pool("10.0.0.0/16", ptr.To[int32](24)),
+			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16", Capacity: "65536", Reserved: "0", Allocated: "0", Free: "65536",
+				Utilization: "0.00%", LargestFreeBlock: "10.0.0.0/16", AllocatableBlocks: "256"},
+		},
+		{
+			name: "Subnets and child pools are allocated space; pending ones are not",
+			pool: pool("10.0.0.0/16", ptr.To[int32](24), "10.0.127.0/24"),
+			subnets: []ipamv1.Subnet{
+				subnet("a", 0, "10.0.0.0/24", "10.0.0.0/24"),
+				subnet("b", 1, "", "10.0.1.0/24"),
+				subnet("pending", 2, "", ""),
+			},
+			children: []ipamv1.SubnetPool{child("team", 0, "10.0.128.0/17", "10.0.128.0/17")},
+			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16", Capacity: "65536", Reserved: "256", Allocated: "33280", Free: "32000",
+				Utilization: "50.98%", LargestFreeBlock: "10.0.32.0/19", AllocatableBlocks: "125", Subnets: 3, ChildPools: 1},
+		},
+		{
+			name: "adjacent claims do not overlap, a claim equal to the pool fills it",
+			pool: pool("10.0.0.0/24", ptr.To[int32](25)),
+			subnets: []ipamv1.Subnet{
+				subnet("low", 0, "10.0.0.0/25", "10.0.0.0/25"),
+				subnet("high", 0, "10.0.0.128/25", "10.0.0.128/25"),
+			},
+			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/24", Capacity: "256", Reserved: "0", Allocated: "256", Free: "0",
+				Utilization: "100.00%", AllocatableBlocks: "0", Subnets: 2},
+		},
+		{
+			name:    "pool of one address",
+			pool:    pool("10.1.1.1/32", ptr.To[int32](32)),
+			subnets: []ipamv1.Subnet{subnet("only", 0, "10.1.1.1/32", "10.1.1.1/32")},
+			want: ipamv1.SubnetPoolStatus{CIDR: "10.1.1.1/32", Capacity: "1", Reserved: "0", Allocated: "1", Free: "0",
+				Utilization: "100.00%", AllocatableBlocks: "0", Subnets: 1},
+		},
+		{
+			name:    "IPv6 /48 with /64 claims: counts beyond 2^64",
+			pool:    pool("2001:db8::/48", ptr.To[int32](64)),
+			subnets: []ipamv1.Subnet{subnet("a", 0, "", "2001:db8::/64"), subnet("b", 0, "", "2001:db8:0:1::/64")},
+			want: ipamv1.SubnetPoolStatus{CIDR: "2001:db8::/48", Capacity: "1208925819614629174706176", Reserved: "0",
+				Allocated: "36893488147419103232", Free: "1208888926126481755602944",
+				Utilization: "0.00%", LargestFreeBlock: "2001:db8:0:8000::/49", AllocatableBlocks: "65534", Subnets: 2},
+		},
+		{
+			name:    "IPv6 /0",
+			pool:    pool("::/0", ptr.To[int32](1)),
+			subnets: []ipamv1.Subnet{subnet("half", 0, "::/1", "::/1")},
+			want: ipamv1.SubnetPoolStatus{CIDR: "::/0", Capacity: "340282366920938463463374607431768211456", Reserved: "0",
+				Allocated: "170141183460469231731687303715884105728", Free: "170141183460469231731687303715884105728",
+				Utilization: "50.00%", LargestFreeBlock: "8000::/1", AllocatableBlocks: "1", Subnets: 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			serving := netip.MustParsePrefix(tt.pool.Spec.CIDR)
+			got := Status(tt.pool, Calculate(serving, tt.pool, tt.subnets, tt.children), available)
+			tt.want.ObservedGeneration = 3
+			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreFields(ipamv1.SubnetPoolStatus{}, "Conditions")); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCalculateConflicts(t *testing.T) {
+	p := pool("10.0.0.0/16", ptr.To[int32](24))
+	subnets := []ipamv1.Subnet{
+		subnet("held", 5, "10.0.0.0/24", "10.0.0.0/24"),
+		// Pending requests, decided in winner order: oldest first, then name.
+		subnet("contains-held", 1, "10.0.0.0/23", ""),
+		subnet("zeta", 2, "10.0.8.0/24", ""),
+		subnet("alpha", 2, "10.0.8.0/25", ""), // same age as zeta, smaller name: wins
+		subnet("young", 9, "10.0.8.128/25", ""),
+		subnet("reserved-elsewhere", 3, "10.1.0.0/24", ""), // outside the pool: out of range, no conflict
+	}
+	children := []ipamv1.SubnetPool{child("team", 4, "10.0.0.128/25", "")}
+	f := Calculate(netip.MustParsePrefix(p.Spec.CIDR), p, subnets, children)
+
+	var got []string
+	for _, c := range f.Conflicts {
+		got = append(got, c.String())
+	}
+	want := []string{
+		"Subnet ns/contains-held (10.0.0.0/23) overlaps Subnet ns/held (10.0.0.0/24)",
+		"Subnet ns/zeta (10.0.8.0/24) overlaps Subnet ns/alpha (10.0.8.0/25)",
+		"SubnetPool ns/team (10.0.0.128/25) overlaps Subnet ns/held (10.0.0.0/24)",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("conflicts (-want +got):\n%s", diff)
+	}
+	// young (10.0.8.128/25) is adjacent to alpha, and zeta lost: young wins.
+	// Only the held Subnet counts as allocated.
+	if f.Usage.Held.Cmp(big.NewInt(256)) != 0 {
+		t.Errorf("allocated %s, want 256", f.Usage.Held)
+	}
+
+	st := Status(p, f, available)
+	overlapping := findCondition(st.Conditions, ipamv1.ConditionOverlapping)
+	wantMsg := "3 claims lose to overlapping claims: " + want[0] + "; " + want[1] + "; " + want[2] +
+		"; delete the losing claims or pick free ranges"
+	if overlapping.Status != metav1.ConditionTrue || overlapping.Message != wantMsg {
+		t.Errorf("Overlapping = %s %q\nwant message %q", overlapping.Status, overlapping.Message, wantMsg)
+	}
+}
+
+func TestCalculateHeldCollision(t *testing.T) {
+	// Two Ready Subnets that overlap: only a bypassed arbiter (or a status
+	// written by hand) can cause it. The younger is reported, the older counts.
+	p := pool("10.0.0.0/24", nil)
+	subnets := []ipamv1.Subnet{
+		subnet("younger", 2, "", "10.0.0.0/25"),
+		subnet("older", 1, "", "10.0.0.0/24"),
+		subnet("stray", 3, "", "10.9.0.0/24"),
+	}
+	f := Calculate(netip.MustParsePrefix(p.Spec.CIDR), p, subnets, nil)
+	var got []string
+	for _, c := range f.Conflicts {
+		got = append(got, c.String())
+	}
+	want := []string{
+		"Subnet ns/younger (10.0.0.0/25) overlaps Subnet ns/older (10.0.0.0/24)",
+		"Subnet ns/stray holds 10.9.0.0/24 outside the pool or on a reserved range",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("conflicts (-want +got):\n%s", diff)
+	}
+	if f.Usage.Held.String() != "256" {
+		t.Errorf("allocated %s, want 256", f.Usage.Held)
+	}
+}
+
+func TestStatusConditions(t *testing.T) {
+	p := pool("10.0.0.0/24", ptr.To[int32](25))
+	serving := netip.MustParsePrefix(p.Spec.CIDR)
+
+	full := Calculate(serving, p, []ipamv1.Subnet{subnet("a", 0, "", "10.0.0.0/25"), subnet("b", 0, "", "10.0.0.128/26")}, nil)
+	st := Status(p, full, available)
+	want := []metav1.Condition{
+		{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAvailable, Message: "serving", ObservedGeneration: 3},
+		{Type: ipamv1.ConditionExhausted, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonNoFreeBlock, ObservedGeneration: 3,
+			Message: "no free /25 block left (largest free block: 10.0.0.192/26); grow spec.cidr or release Subnets"},
+		{Type: ipamv1.ConditionOverlapping, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonNoOverlap, Message: "no claims overlap", ObservedGeneration: 3},
+	}
+	if diff := cmp.Diff(want, st.Conditions, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")); diff != "" {
+		t.Errorf("conditions (-want +got):\n%s", diff)
+	}
+
+	// Recomputing with the same inputs keeps every lastTransitionTime, so an
+	// unchanged status compares equal and is not written.
+	p.Status = st
+	again := Status(p, full, available)
+	if diff := cmp.Diff(st, again); diff != "" {
+		t.Errorf("recomputed status differs (-first +second):\n%s", diff)
+	}
+
+	// Without a default length, Exhausted is measured at maxPrefixLength or
+	// at single addresses.
+	noDefault := pool("10.0.0.0/30", nil)
+	f := Calculate(netip.MustParsePrefix("10.0.0.0/30"), noDefault, []ipamv1.Subnet{subnet("a", 0, "", "10.0.0.0/31")}, nil)
+	if got := findCondition(Status(noDefault, f, available).Conditions, ipamv1.ConditionExhausted); got.Message != "2 free /32 blocks left" {
+		t.Errorf("Exhausted message %q", got.Message)
+	}
+
+	// A pool that serves nothing yet has no figures.
+	notServing := Status(p, Calculate(netip.Prefix{}, p, nil, nil),
+		Readiness{Status: metav1.ConditionFalse, Reason: ipamv1.ReasonPoolNotFound, Message: "parent pool ns/x not found"})
+	if notServing.CIDR != "" || notServing.Capacity != "" {
+		t.Errorf("figures for a pool that serves nothing: %+v", notServing)
+	}
+	if got := findCondition(notServing.Conditions, ipamv1.ConditionExhausted); got.Status != metav1.ConditionUnknown {
+		t.Errorf("Exhausted = %s, want Unknown", got.Status)
+	}
+}
+
+func TestFormatPercent(t *testing.T) {
+	for _, tt := range []struct {
+		part, whole int64
+		want        string
+	}{
+		{0, 100, "0.00%"}, {1, 3, "33.33%"}, {2, 3, "66.66%"}, {99999, 100000, "99.99%"}, {5, 5, "100.00%"}, {0, 0, "100.00%"},
+	} {
+		if got := FormatPercent(big.NewInt(tt.part), big.NewInt(tt.whole)); got != tt.want {
+			t.Errorf("FormatPercent(%d, %d) = %s, want %s", tt.part, tt.whole, got, tt.want)
+		}
+	}
+}
+
+func findCondition(conds []metav1.Condition, typ string) metav1.Condition {
+	for _, c := range conds {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
