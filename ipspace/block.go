@@ -25,14 +25,6 @@ func (a u128) addBit(n int) u128 {
 	return u128{hi: a.hi + carry, lo: lo}
 }
 
-// hasBit reports whether bit n (0 = least significant) is set.
-func (a u128) hasBit(n int) bool {
-	if n >= 64 {
-		return a.hi&(1<<(n-64)) != 0
-	}
-	return a.lo&(1<<n) != 0
-}
-
 // clearBit returns a with bit n cleared.
 func (a u128) clearBit(n int) u128 {
 	if n >= 64 {

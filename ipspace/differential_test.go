@@ -56,13 +56,13 @@ func (r *reference) span(p netip.Prefix) (int, int, bool) {
 	return first, first + 1<<(r.width-p.Bits()), true
 }
 
-func (r *reference) allIn(p netip.Prefix, want byte) bool {
+func (r *reference) allFree(p netip.Prefix) bool {
 	first, end, ok := r.span(p)
 	if !ok {
 		return false
 	}
 	for i := first; i < end; i++ {
-		if r.state[i] != want {
+		if r.state[i] != refFree {
 			return false
 		}
 	}
@@ -83,10 +83,10 @@ func (r *reference) maximalFree() []netip.Prefix {
 		size := 1 << (r.width - n)
 		for i := 0; i < len(r.state); i += size {
 			p := netip.PrefixFrom(r.addr(i), n)
-			if !r.allIn(p, refFree) {
+			if !r.allFree(p) {
 				continue
 			}
-			if n > r.pool.Bits() && r.allIn(netip.PrefixFrom(p.Addr(), n-1).Masked(), refFree) {
+			if n > r.pool.Bits() && r.allFree(netip.PrefixFrom(p.Addr(), n-1).Masked()) {
 				continue
 			}
 			out = append(out, p)
@@ -96,7 +96,7 @@ func (r *reference) maximalFree() []netip.Prefix {
 }
 
 func (r *reference) claim(p netip.Prefix) bool {
-	if !r.allIn(p, refFree) {
+	if !r.allFree(p) {
 		return false
 	}
 	r.set(p, refHeld)
@@ -226,7 +226,7 @@ func TestSpaceMatchesBruteForce(t *testing.T) {
 					t.Fatalf("step %d: usage %+v, reference %+v", step, got, want)
 				}
 				probe := randomPrefix(rng, pool)
-				if got, want := s.IsFree(probe), ref.allIn(probe, refFree); got != want {
+				if got, want := s.IsFree(probe), ref.allFree(probe); got != want {
 					t.Fatalf("step %d: IsFree(%s) = %v, reference %v", step, probe, got, want)
 				}
 			}
