@@ -9,8 +9,10 @@ SHELL := /usr/bin/env bash -o pipefail
 # version: the first build takes a while and says so, later runs are instant.
 LOCALBIN ?= $(CURDIR)/bin
 GOLANGCI_LINT_VERSION ?= v2.15.0
+BENCHSTAT_VERSION ?= v0.0.0-20260908200009-22c9c6c9d4da
 
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+BENCHSTAT ?= $(LOCALBIN)/benchstat-$(BENCHSTAT_VERSION)
 CONTROLLER_GEN ?= go tool controller-gen
 
 # Benchmarks: -count 5 so that docs/benchmarks.md can report medians.
@@ -54,14 +56,22 @@ test: ## Run every test: unit (race detector on), generated-file checks, fuzz se
 	go test -race -count=1 ./...
 
 .PHONY: bench
-bench: ## Run the Go benchmarks (engine, statuscalc); see docs/benchmarks.md.
-	go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./ipspace/... ./statuscalc/...
+bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc) and print medians; see docs/benchmarks.md.
+	go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./ipspace/... ./statuscalc/... | tee $(LOCALBIN)/bench.txt
+	$(BENCHSTAT) $(LOCALBIN)/bench.txt
 
 ##@ Tools
 
+$(BENCHSTAT):
+	$(call go-install,golang.org/x/perf/cmd/benchstat,$(BENCHSTAT_VERSION),$@)
+
 $(GOLANGCI_LINT):
-	@echo "Building golangci-lint $(GOLANGCI_LINT_VERSION) into bin/ (once; a few minutes)"
-	@mkdir -p $(LOCALBIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION)
-	GOBIN=$(LOCALBIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
-	mv $(LOCALBIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint $@
-	rmdir $(LOCALBIN)/.golangci-lint-$(GOLANGCI_LINT_VERSION)
+	$(call go-install,github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION),$@)
+
+# go-install builds package $(1) at version $(2) into the file $(3).
+define go-install
+	@echo "Building $(notdir $(1)) $(2) into bin/ (once)"
+	@rm -rf $(3).d && mkdir -p $(3).d
+	GOBIN=$(3).d go install $(1)@$(2)
+	mv $(3).d/$(notdir $(1)) $(3) && rmdir $(3).d
+endef
