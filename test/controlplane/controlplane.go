@@ -146,7 +146,7 @@ func (cp *ControlPlane) startEtcd(peerPort int) error {
 		if err != nil {
 			return err
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("health: %s", resp.Status)
 		}
@@ -233,7 +233,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, p *Process) error {
 		if err != nil {
 			return err
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("readyz: %s", resp.Status)
 		}

@@ -41,13 +41,13 @@ func StartProcess(name, binary string, args []string, env []string, logDir strin
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		logFile.Close()
+		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	p := &Process{Name: name, cmd: cmd, logFile: logFile, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		logFile.Close()
+		_ = logFile.Close()
 		close(p.exited)
 	}()
 	return p, nil
@@ -94,7 +94,7 @@ func FreePorts(n int) ([]int, error) {
 	var listeners []net.Listener
 	defer func() {
 		for _, l := range listeners {
-			l.Close()
+			_ = l.Close()
 		}
 	}()
 	for range n {
@@ -110,7 +110,7 @@ func FreePorts(n int) ([]int, error) {
 
 // errExited wraps the exit of a process that should still be running.
 func errExited(p *Process, logDir string) error {
-	return fmt.Errorf("%s exited: %v (see %s)", p.Name, p.err, filepath.Join(logDir, p.Name+".log"))
+	return fmt.Errorf("%s exited: %w (see %s)", p.Name, p.err, filepath.Join(logDir, p.Name+".log"))
 }
 
 // waitFor polls check every interval until it returns nil, the process

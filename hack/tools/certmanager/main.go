@@ -95,7 +95,9 @@ func main() {
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	for name, run := range map[string]func(context.Context) error{
-		"controller": func(ctx context.Context) error { return runController(ctx, *kubeconfig, *clusterResourceNamespace, *workers) },
+		"controller": func(ctx context.Context) error {
+			return runController(ctx, *kubeconfig, *clusterResourceNamespace, *workers)
+		},
 		"cainjector": func(ctx context.Context) error { return runCAInjector(ctx, log, *kubeconfig) },
 	} {
 		wg.Add(1)
