@@ -121,7 +121,9 @@ func TestNoOrphansWhenKilled(t *testing.T) {
 		}
 	}
 	_ = child.Process.Signal(syscall.SIGKILL)
-	_ = <-childDone // killed: the exit error says so
+	if err := <-childDone; err == nil {
+		t.Fatal("the child exited cleanly; it should have been killed")
+	}
 
 	for _, pid := range pids {
 		gone := false
