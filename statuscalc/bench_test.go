@@ -54,7 +54,7 @@ func BenchmarkStatusFromSpace(b *testing.B) {
 					for i := range got {
 						got[i], _ = s.Allocate(int(bp.length))
 					}
-					f := Measure(p, s)
+					f := Measure(int(bp.length), -1, s)
 					f.Subnets = int32(n)
 					p.Status = Status(p, f, ready)
 					for _, g := range got {

@@ -42,22 +42,32 @@ type Readiness struct {
 }
 
 // Measure fills the figures that come from a pool's free-space map. The map
-// must hold exactly the claims that hold their ranges.
-func Measure(pool *ipamv1.SubnetPool, space *ipspace.Space) Figures {
+// must hold exactly the claims that hold their ranges. defaultLength and
+// maxLength are the pool's spec.defaultPrefixLength and spec.maxPrefixLength,
+// -1 when unset: Exhausted is measured at the default length, else at the
+// maximum, else at single addresses.
+func Measure(defaultLength, maxLength int, space *ipspace.Space) Figures {
 	f := Figures{Serving: space.Pool(), Usage: space.Usage()}
-	width := f.Serving.Addr().BitLen()
-	f.ExhaustionLength = width
+	f.ExhaustionLength = f.Serving.Addr().BitLen()
 	switch {
-	case pool.Spec.DefaultPrefixLength != nil:
-		f.ExhaustionLength = int(*pool.Spec.DefaultPrefixLength)
+	case defaultLength >= 0:
+		f.ExhaustionLength = defaultLength
 		f.Allocatable = space.AllocatableBlocks(f.ExhaustionLength)
 		f.AllocatableAtExhaustionLength = f.Allocatable
 		return f
-	case pool.Spec.MaxPrefixLength != nil:
-		f.ExhaustionLength = int(*pool.Spec.MaxPrefixLength)
+	case maxLength >= 0:
+		f.ExhaustionLength = maxLength
 	}
 	f.AllocatableAtExhaustionLength = space.AllocatableBlocks(f.ExhaustionLength)
 	return f
+}
+
+// Length returns a prefix-length field as an int, -1 when unset.
+func Length(p *int32) int {
+	if p == nil {
+		return -1
+	}
+	return int(*p)
 }
 
 // Calculate computes a pool's figures from plain lists, the slow path
@@ -74,7 +84,7 @@ func Calculate(serving netip.Prefix, pool *ipamv1.SubnetPool, subnets []ipamv1.S
 	var f Figures
 	if serving.IsValid() {
 		space, conflicts := Arbitrate(serving, ParseReserved(pool.Spec.Reserved), claims)
-		f = Measure(pool, space)
+		f = Measure(Length(pool.Spec.DefaultPrefixLength), Length(pool.Spec.MaxPrefixLength), space)
 		f.Conflicts = conflicts
 	}
 	f.Subnets = int32(len(subnets))

@@ -1,0 +1,195 @@
+package ledger
+
+import (
+	"net/netip"
+	"slices"
+
+	toolscache "k8s.io/client-go/tools/cache"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// EventType says what happened to an object.
+type EventType string
+
+// Event types; the values are the metric label values of the seed design.
+const (
+	Created EventType = "create"
+	Updated EventType = "update"
+	Deleted EventType = "delete"
+)
+
+// Event tells subscribers that the ledger applied an informer event. It is
+// delivered after the ledger's state includes the change, so a reconcile it
+// triggers never reads a ledger older than the event (the reason the
+// reconcilers take their events from here rather than from their own
+// informer handlers, whose order relative to the ledger's is not defined).
+type Event struct {
+	Type      EventType
+	Kind      string // statuscalc.KindSubnet or statuscalc.KindSubnetPool
+	Namespace string
+	Name      string
+	// Object is what the informer delivered: the new object, or on delete
+	// the last known state, possibly a cache.DeletedFinalStateUnknown.
+	Object any
+	// OldObject is the previous object of an update.
+	OldObject any
+	// Wake lists claims whose decision may have changed: claims of a pool
+	// that holds nothing yet (waiting for the pool, for space, or for a
+	// winner to go) when the pool changed or space was released.
+	Wake []ClaimKey
+}
+
+// Subscribe registers fn for every event. fn runs on an informer's event
+// goroutine and must not block.
+func (l *Ledger) Subscribe(fn func(Event)) {
+	l.listenersMu.Lock()
+	defer l.listenersMu.Unlock()
+	l.listeners = append(l.listeners, fn)
+}
+
+func (l *Ledger) publish(ev Event) {
+	l.listenersMu.RLock()
+	listeners := slices.Clone(l.listeners)
+	l.listenersMu.RUnlock()
+	for _, fn := range listeners {
+		fn(ev)
+	}
+}
+
+// noteChange records the newest resourceVersion of a kind and wakes the
+// admission barrier's waiters.
+func (l *Ledger) noteChange(kind, resourceVersion string) {
+	l.freshMu.Lock()
+	if resourceVersion != "" {
+		l.lastRV[kind] = resourceVersion
+	}
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.freshMu.Unlock()
+}
+
+// ApplySubnet records a Subnet as created or updated. It is the informer
+// handler's work, exported for tests and the benchmark.
+func (l *Ledger) ApplySubnet(s *ipamv1.Subnet, typ EventType, old any) {
+	n := l.ns(s.Namespace, true)
+	n.mu.Lock()
+	if _, known := n.claims[SubnetKey(s.Name)]; !known {
+		n.subnets++
+	}
+	released := n.upsertClaim(subnetFacts(s))
+	wake := n.wakeAfterRelease(s.Spec.PoolRef, released)
+	n.mu.Unlock()
+	l.noteChange(statuscalc.KindSubnet, s.ResourceVersion)
+	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: s, OldObject: old, Wake: wake})
+}
+
+// DeleteSubnet records a Subnet's deletion. obj may be a tombstone.
+func (l *Ledger) DeleteSubnet(obj any) {
+	s, ok := unwrap[*ipamv1.Subnet](obj)
+	if !ok {
+		return
+	}
+	var wake []ClaimKey
+	if n := l.ns(s.Namespace, false); n != nil {
+		n.mu.Lock()
+		if _, known := n.claims[SubnetKey(s.Name)]; known {
+			n.subnets--
+			released := n.removeClaim(SubnetKey(s.Name))
+			wake = n.wakeAfterRelease(s.Spec.PoolRef, released)
+		}
+		n.mu.Unlock()
+	}
+	l.noteChange(statuscalc.KindSubnet, "")
+	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: obj, Wake: wake})
+}
+
+// ApplyPool records a SubnetPool as created or updated.
+func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
+	n := l.ns(p.Namespace, true)
+	n.mu.Lock()
+	s := n.slot(p.Name)
+	if s.pool == nil {
+		n.pools++
+	}
+	facts, asClaim := poolFacts(p)
+	s.pool = facts
+	var wake []ClaimKey
+	if asClaim != nil {
+		released := n.upsertClaim(asClaim)
+		wake = append(wake, n.wakeAfterRelease(asClaim.pool, released)...)
+	} else if stale := n.claims[PoolKey(p.Name)]; stale != nil {
+		// Only a bypassed schema removes a parentRef.
+		released := n.removeClaim(stale.key)
+		wake = append(wake, n.wakeAfterRelease(stale.pool, released)...)
+	}
+	n.rebuildSpace(s)
+	// Whatever changed, claims waiting on this pool look again: it may now
+	// exist, serve a range, have grown, or be terminating.
+	wake = append(wake, n.waiters(s)...)
+	n.mu.Unlock()
+	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
+	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: p, OldObject: old, Wake: dedupe(wake)})
+}
+
+// DeletePool records a SubnetPool's deletion. obj may be a tombstone.
+func (l *Ledger) DeletePool(obj any) {
+	p, ok := unwrap[*ipamv1.SubnetPool](obj)
+	if !ok {
+		return
+	}
+	var wake []ClaimKey
+	if n := l.ns(p.Namespace, false); n != nil {
+		n.mu.Lock()
+		if s := n.slots[p.Name]; s != nil && s.pool != nil {
+			n.pools--
+			if c := n.claims[PoolKey(p.Name)]; c != nil {
+				released := n.removeClaim(c.key)
+				wake = append(wake, n.wakeAfterRelease(c.pool, released)...)
+			}
+			s.pool = nil
+			n.rebuildSpace(s)
+			wake = append(wake, n.waiters(s)...)
+			n.dropIfEmpty(s)
+		}
+		n.mu.Unlock()
+	}
+	l.noteChange(statuscalc.KindSubnetPool, "")
+	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: obj, Wake: dedupe(wake)})
+}
+
+// wakeAfterRelease returns the waiters of a pool whose space was released.
+func (n *namespace) wakeAfterRelease(poolName string, released netip.Prefix) []ClaimKey {
+	s := n.slots[poolName]
+	if s == nil || !released.IsValid() {
+		return nil
+	}
+	return n.waiters(s)
+}
+
+// waiters are the claims of a slot that hold nothing, or (child pools) ask
+// for a range other than the one they hold. O(w log w) in their number.
+func (n *namespace) waiters(s *slot) []ClaimKey {
+	out := make([]ClaimKey, 0, len(s.waiting))
+	for key := range s.waiting {
+		out = append(out, key)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func dedupe(keys []ClaimKey) []ClaimKey {
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// unwrap returns the object of an informer delete event, which may be a
+// tombstone when the watch missed the deletion.
+func unwrap[T any](obj any) (T, bool) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
+}

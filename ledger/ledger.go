@@ -1,0 +1,506 @@
+// Package ledger is the in-memory record of every SubnetPool and every claim
+// (Subnet or child pool), per namespace, fed by the manager's informers.
+//
+// The admission webhooks read it to answer "does this overlap anything" in
+// O(log n) without listing a pool; the reconcilers use it as the arbiter of
+// design invariant 1: decisions are made under the namespace's lock against
+// what the informers delivered plus what the arbiter itself granted but the
+// informers have not shown yet (the "assumed" ranges, as in kube-scheduler).
+//
+// It keeps facts, not objects: parsed ranges, names, timestamps. Nothing here
+// deep-copies a pool.
+package ledger
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ipspace"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// ClaimKey names a claim within a namespace: "Subnet/<name>" or
+// "SubnetPool/<name>" (a child pool's claim on its parent).
+type ClaimKey string
+
+// SubnetKey is the key of a Subnet's claim.
+func SubnetKey(name string) ClaimKey { return ClaimKey(statuscalc.KindSubnet + "/" + name) }
+
+// PoolKey is the key of a child pool's claim on its parent.
+func PoolKey(name string) ClaimKey { return ClaimKey(statuscalc.KindSubnetPool + "/" + name) }
+
+// Kind returns the claim's kind.
+func (k ClaimKey) Kind() string {
+	for i := range len(k) {
+		if k[i] == '/' {
+			return string(k[:i])
+		}
+	}
+	return ""
+}
+
+// Name returns the claimant's name.
+func (k ClaimKey) Name() string {
+	for i := range len(k) {
+		if k[i] == '/' {
+			return string(k[i+1:])
+		}
+	}
+	return string(k)
+}
+
+// claim is what the ledger knows of a Subnet, or of a child pool as a claim
+// on its parent.
+type claim struct {
+	key     ClaimKey
+	pool    string // the pool it claims from (spec.poolRef, or a child's spec.parentRef)
+	uid     types.UID
+	created time.Time
+
+	// requested is the explicit range asked for (a Subnet's spec.cidr, a
+	// child pool's spec.cidr); invalid for a Subnet that asks for a length.
+	requested netip.Prefix
+	// prefixLength is a Subnet's spec.prefixLength, or -1.
+	prefixLength int
+	// invalidSpec: spec.cidr is set but does not parse (only when the schema
+	// and the webhook were bypassed).
+	invalidSpec bool
+
+	// held is the range the API shows as held (a Ready Subnet's status.cidr,
+	// a child pool's status.cidr); assumed is the range the arbiter granted
+	// and is writing. The claim holds assumed if valid, else held.
+	held    netip.Prefix
+	assumed netip.Prefix
+	// placed: the held range is in its pool's free-space map. A held range
+	// that collides with another (a bypassed arbiter, a hand-written status)
+	// is not placed and is reported.
+	placed bool
+
+	// reason is the Ready condition's reason in status, for reporting.
+	reason string
+}
+
+// holds is the range the claim holds, if any.
+func (c *claim) holds() netip.Prefix {
+	if c.assumed.IsValid() {
+		return c.assumed
+	}
+	return c.held
+}
+
+func (c *claim) statuscalcClaim(namespace string) statuscalc.Claim {
+	return statuscalc.Claim{
+		Ref:       statuscalc.ClaimRef{Kind: c.key.Kind(), Namespace: namespace, Name: c.key.Name()},
+		Requested: c.requested,
+		Held:      c.holds(),
+		Created:   c.created,
+	}
+}
+
+// pool is what the ledger knows of a SubnetPool.
+type pool struct {
+	name       string
+	uid        types.UID
+	generation int64
+	created    time.Time
+	deleting   bool
+
+	spec       netip.Prefix // spec.cidr; invalid if it does not parse
+	parent     string
+	defaultLen int // -1 if unset
+	minLen     int // -1 if unset
+	maxLen     int // -1 if unset
+	reserved   []netip.Prefix
+	statusCIDR netip.Prefix // status.cidr as the API shows it
+}
+
+// slot gathers everything about one pool name: the pool (nil while it does
+// not exist), the claims that reference it, the index of their ranges and the
+// free-space map of the range it serves.
+type slot struct {
+	name   string
+	pool   *pool
+	claims map[ClaimKey]*claim
+	// index holds each claim's requested range and, if different, the range
+	// it holds: every range a new claim must not overlap.
+	index *ipspace.Index[ClaimKey]
+	// serving is the range the pool hands out: spec.cidr for a root pool,
+	// the range the parent granted for a child pool. space maps it; both are
+	// unset while the pool serves nothing.
+	serving netip.Prefix
+	space   *ipspace.Space
+	// spaceReserved is the reserved list space was built with.
+	spaceReserved []netip.Prefix
+	// collisions holds the claims whose held range is not placed because it
+	// collides (see claim.placed).
+	collisions map[ClaimKey]struct{}
+	// waiting holds the claims that hold nothing, or ask for a range other
+	// than the one they hold: the claims to wake when the pool changes.
+	waiting map[ClaimKey]struct{}
+	// subnets and children count the claims by kind.
+	subnets, children int
+	// sweep is set when pending explicit requests must be arbitrated again:
+	// a request arrived, or held space was released.
+	sweep bool
+}
+
+// namespace holds the slots of one namespace under one lock. Pools nest only
+// within a namespace, so this lock makes every decision about a pool tree
+// atomic: it is the "one writer per pool" of the design.
+type namespace struct {
+	mu    sync.RWMutex
+	name  string
+	slots map[string]*slot
+	// claims indexes every claim by key, whichever pool it references.
+	claims map[ClaimKey]*claim
+
+	subnets, pools int // object counts, for the admission freshness barrier
+}
+
+// Ledger is the in-memory record. Its zero value is not usable: use New.
+type Ledger struct {
+	mu         sync.RWMutex
+	namespaces map[string]*namespace
+
+	// Freshness, for the admission barrier: the newest resourceVersion seen
+	// per kind, and a channel closed (and replaced) on every change.
+	freshMu sync.Mutex
+	lastRV  map[string]string
+	changed chan struct{}
+
+	listenersMu sync.RWMutex
+	listeners   []func(Event)
+
+	// Guarded by freshMu: the arbiter's clock and settle margin.
+	clock        func() time.Time
+	settleMargin time.Duration
+
+	synced func() bool
+}
+
+// New returns an empty ledger. It reports itself synced only once informers
+// registered with Feed have delivered their initial lists.
+func New() *Ledger {
+	return &Ledger{
+		namespaces:   map[string]*namespace{},
+		lastRV:       map[string]string{},
+		changed:      make(chan struct{}),
+		synced:       func() bool { return false },
+		clock:        time.Now,
+		settleMargin: DefaultSettleMargin,
+	}
+}
+
+// SetSettleMargin changes how long the arbiter waits, after a claim's
+// creation second ends, for the claims created in that second.
+func (l *Ledger) SetSettleMargin(d time.Duration) {
+	l.freshMu.Lock()
+	defer l.freshMu.Unlock()
+	l.settleMargin = d
+}
+
+// SetClock replaces the arbiter's clock (tests).
+func (l *Ledger) SetClock(now func() time.Time) {
+	l.freshMu.Lock()
+	defer l.freshMu.Unlock()
+	l.clock = now
+}
+
+// ns returns the namespace, creating it when create is set.
+func (l *Ledger) ns(name string, create bool) *namespace {
+	l.mu.RLock()
+	n := l.namespaces[name]
+	l.mu.RUnlock()
+	if n != nil || !create {
+		return n
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n = l.namespaces[name]; n == nil {
+		n = &namespace{name: name, slots: map[string]*slot{}, claims: map[ClaimKey]*claim{}}
+		l.namespaces[name] = n
+	}
+	return n
+}
+
+func (n *namespace) slot(name string) *slot {
+	s := n.slots[name]
+	if s == nil {
+		s = &slot{name: name, claims: map[ClaimKey]*claim{}, waiting: map[ClaimKey]struct{}{}, collisions: map[ClaimKey]struct{}{}, index: ipspace.NewIndex[ClaimKey]()}
+		n.slots[name] = s
+	}
+	return s
+}
+
+// dropIfEmpty forgets a slot with no pool and no claims.
+func (n *namespace) dropIfEmpty(s *slot) {
+	if s.pool == nil && len(s.claims) == 0 {
+		delete(n.slots, s.name)
+	}
+}
+
+// subnetFacts extracts a Subnet's claim.
+func subnetFacts(s *ipamv1.Subnet) *claim {
+	c := &claim{
+		key:          SubnetKey(s.Name),
+		pool:         s.Spec.PoolRef,
+		uid:          s.UID,
+		created:      s.CreationTimestamp.Time,
+		prefixLength: -1,
+	}
+	if s.Spec.CIDR != "" {
+		p, err := ipspace.ParseCanonical(s.Spec.CIDR)
+		c.requested, c.invalidSpec = p, err != nil
+	}
+	if s.Spec.PrefixLength != nil {
+		c.prefixLength = int(*s.Spec.PrefixLength)
+	}
+	if ready := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); ready != nil {
+		c.reason = ready.Reason
+		if ready.Status == "True" && s.Status.CIDR != "" {
+			c.held, _ = ipspace.ParseCanonical(s.Status.CIDR)
+		}
+	}
+	return c
+}
+
+// poolFacts extracts a pool and, for a child pool, its claim on the parent.
+func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
+	pl := &pool{
+		name:       p.Name,
+		uid:        p.UID,
+		generation: p.Generation,
+		created:    p.CreationTimestamp.Time,
+		deleting:   p.DeletionTimestamp != nil,
+		parent:     p.Spec.ParentRef,
+		defaultLen: statuscalc.Length(p.Spec.DefaultPrefixLength),
+		minLen:     statuscalc.Length(p.Spec.MinPrefixLength),
+		maxLen:     statuscalc.Length(p.Spec.MaxPrefixLength),
+		reserved:   statuscalc.ParseReserved(p.Spec.Reserved),
+	}
+	pl.spec, _ = ipspace.ParseCanonical(p.Spec.CIDR)
+	pl.statusCIDR, _ = ipspace.ParseCanonical(p.Status.CIDR)
+	if p.Spec.ParentRef == "" {
+		return pl, nil
+	}
+	c := &claim{
+		key:          PoolKey(p.Name),
+		pool:         p.Spec.ParentRef,
+		uid:          p.UID,
+		created:      pl.created,
+		requested:    pl.spec,
+		invalidSpec:  !pl.spec.IsValid(),
+		prefixLength: -1,
+		held:         pl.statusCIDR,
+	}
+	if ready := meta.FindStatusCondition(p.Status.Conditions, ipamv1.ConditionReady); ready != nil {
+		c.reason = ready.Reason
+	}
+	return pl, c
+}
+
+// upsertClaim records a claim's new facts, keeping the arbiter's assumption
+// until the API shows it. It returns the range it released, if any.
+func (n *namespace) upsertClaim(next *claim) (released netip.Prefix) {
+	old := n.claims[next.key]
+	if old != nil && old.uid != next.uid {
+		// Same name, new object: the old one was deleted and we missed it.
+		released = n.removeClaim(old.key)
+		old = nil
+	}
+	if old != nil && old.pool != next.pool {
+		// poolRef is immutable; only a bypassed schema gets here.
+		released = n.removeClaim(old.key)
+		old = nil
+	}
+	if old == nil {
+		n.claims[next.key] = next
+		s := n.slot(next.pool)
+		s.claims[next.key] = next
+		s.count(next.key, +1)
+		n.indexClaim(s, next, true)
+		if next.requested.IsValid() && !next.holds().IsValid() {
+			s.sweep = true
+		}
+		n.place(s, next)
+		s.noteWaiting(next)
+		return released
+	}
+
+	s := n.slot(old.pool)
+	n.indexClaim(s, old, false)
+	oldHolds := old.holds()
+	// The assumption stands until the API shows what it holds.
+	if old.assumed.IsValid() && next.held == old.assumed {
+		old.assumed = netip.Prefix{}
+	}
+	requestChanged := old.requested != next.requested
+	old.requested, old.prefixLength, old.invalidSpec = next.requested, next.prefixLength, next.invalidSpec
+	old.held, old.reason, old.created = next.held, next.reason, next.created
+	if requestChanged && old.requested.IsValid() {
+		s.sweep = true // a child pool asks for a new range
+	}
+	if old.holds() != oldHolds {
+		if old.placed && s.space != nil {
+			_ = s.space.Release(oldHolds) // placed ranges are held by construction
+			released = oldHolds
+			s.sweep = true
+		}
+		old.placed = false
+		n.place(s, old)
+	}
+	n.indexClaim(s, old, true)
+	s.noteWaiting(old)
+	return released
+}
+
+func (s *slot) count(key ClaimKey, delta int) {
+	if key.Kind() == statuscalc.KindSubnet {
+		s.subnets += delta
+	} else {
+		s.children += delta
+	}
+}
+
+// noteWaiting keeps the slot's waiting set current for c.
+func (s *slot) noteWaiting(c *claim) {
+	if !c.holds().IsValid() || (c.requested.IsValid() && c.requested != c.holds()) {
+		s.waiting[c.key] = struct{}{}
+	} else {
+		delete(s.waiting, c.key)
+	}
+}
+
+// removeClaim forgets a claim and returns the range it released, if any.
+func (n *namespace) removeClaim(key ClaimKey) (released netip.Prefix) {
+	c := n.claims[key]
+	if c == nil {
+		return netip.Prefix{}
+	}
+	delete(n.claims, key)
+	s := n.slots[c.pool]
+	n.indexClaim(s, c, false)
+	delete(s.claims, key)
+	s.count(key, -1)
+	delete(s.waiting, key)
+	delete(s.collisions, key)
+	if c.placed && s.space != nil {
+		_ = s.space.Release(c.holds())
+		released = c.holds()
+		s.sweep = true
+		n.replaceCollisions(s)
+	}
+	n.dropIfEmpty(s)
+	return released
+}
+
+// indexClaim adds (or removes) a claim's ranges in its slot's index.
+func (n *namespace) indexClaim(s *slot, c *claim, add bool) {
+	for _, p := range []netip.Prefix{c.requested, c.holds()} {
+		if !p.IsValid() {
+			continue
+		}
+		if add {
+			s.index.Insert(p, c.key)
+		} else {
+			s.index.Delete(p, c.key)
+		}
+	}
+}
+
+// place puts a claim's held range into its pool's map; a collision leaves
+// it unplaced (reported, and retried when space is released).
+func (n *namespace) place(s *slot, c *claim) {
+	delete(s.collisions, c.key)
+	if c.placed || s.space == nil || !c.holds().IsValid() {
+		return
+	}
+	c.placed = s.space.Claim(c.holds()) == nil
+	if !c.placed {
+		s.collisions[c.key] = struct{}{}
+	}
+}
+
+// replaceCollisions retries, oldest first, the held ranges that collided.
+func (n *namespace) replaceCollisions(s *slot) {
+	if len(s.collisions) == 0 {
+		return
+	}
+	unplaced := make([]*claim, 0, len(s.collisions))
+	for key := range s.collisions {
+		unplaced = append(unplaced, s.claims[key])
+	}
+	slices.SortFunc(unplaced, func(a, b *claim) int { return statuscalc.Older(a.statuscalcClaim(""), b.statuscalcClaim("")) })
+	for _, c := range unplaced {
+		n.place(s, c)
+	}
+}
+
+// servingRange is the range a slot's pool hands out: spec.cidr for a root
+// pool, the range its parent granted for a child pool; invalid when it
+// serves nothing (no pool, an unparseable spec, a child not granted yet).
+func (n *namespace) servingRange(s *slot) netip.Prefix {
+	if s.pool == nil || !s.pool.spec.IsValid() {
+		return netip.Prefix{}
+	}
+	if s.pool.parent == "" {
+		return s.pool.spec
+	}
+	if c := n.claims[PoolKey(s.name)]; c != nil {
+		return c.holds()
+	}
+	return netip.Prefix{}
+}
+
+// rebuildSpace recomputes the range the slot's pool serves and, if it or
+// the reserved ranges changed, rebuilds the free-space map from the claims
+// that hold ranges. It reports whether the map was rebuilt.
+func (n *namespace) rebuildSpace(s *slot) bool {
+	serving := n.servingRange(s)
+	var reserved []netip.Prefix
+	if s.pool != nil {
+		reserved = s.pool.reserved
+	}
+	if serving == s.serving && (s.space != nil) == serving.IsValid() && slices.Equal(reserved, s.spaceReserved) {
+		return false
+	}
+	for _, c := range s.claims {
+		c.placed = false
+	}
+	clear(s.collisions)
+	s.serving, s.space, s.spaceReserved = serving, nil, nil
+	if !serving.IsValid() {
+		return true
+	}
+	var holders []*claim
+	for _, c := range s.claims {
+		if c.holds().IsValid() {
+			holders = append(holders, c)
+		}
+	}
+	ranges := make([]netip.Prefix, len(holders))
+	for i, c := range holders {
+		ranges[i] = c.holds()
+	}
+	space, err := ipspace.NewSpaceHolding(serving, reserved, ranges)
+	s.space, s.spaceReserved, s.sweep = space, slices.Clone(reserved), true
+	if err == nil {
+		for _, c := range holders {
+			c.placed = true
+		}
+		return true
+	}
+	// Some held ranges collide: NewSpaceHolding returned a map holding
+	// nothing; place them one by one, oldest first.
+	for _, c := range holders {
+		s.collisions[c.key] = struct{}{}
+	}
+	n.replaceCollisions(s)
+	return true
+}
