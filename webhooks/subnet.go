@@ -1,0 +1,153 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ipspace"
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha1,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update;delete,versions=v1alpha1,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1
+
+var subnetGK = ipamv1.GroupVersion.WithKind("Subnet").GroupKind()
+
+// SubnetDefaulter canonicalises spec.cidr, fills spec.prefixLength from the
+// pool's defaultPrefixLength when the Subnet names neither a range nor a
+// length, and labels the Subnet with its pool. It allocates nothing: that is
+// the controller's job.
+type SubnetDefaulter struct {
+	Ledger *ledger.Ledger
+}
+
+var _ admission.Defaulter[*ipamv1.Subnet] = &SubnetDefaulter{}
+
+// Default implements admission.Defaulter.
+func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
+	if s.Spec.CIDR != "" {
+		// Only the text changes (case, zero compression); anything that
+		// changes the meaning, such as host bits, is left for validation to
+		// reject with a suggestion.
+		if canonical, err := ipspace.Canonical(s.Spec.CIDR); err == nil {
+			s.Spec.CIDR = canonical
+		}
+	}
+	// Only on create: the claim is immutable afterwards, even if the pool
+	// appears later (the controller then uses the pool's default).
+	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && s.Spec.PoolRef != "" && operation(ctx) == "CREATE" {
+		if pool, ok := d.Ledger.Pool(s.Namespace, s.Spec.PoolRef); ok && pool.Default >= 0 {
+			s.Spec.PrefixLength = ptr.To(int32(pool.Default))
+		}
+	}
+	if s.Spec.PoolRef != "" {
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[ipamv1.LabelPool] = s.Spec.PoolRef
+	}
+	return nil
+}
+
+// SubnetValidator rejects malformed Subnets, Subnets that do not fit their
+// pool, and explicit claims that overlap any other claim of the pool.
+type SubnetValidator struct {
+	Ledger *ledger.Ledger
+	fresh  *freshness
+}
+
+var _ admission.Validator[*ipamv1.Subnet] = &SubnetValidator{}
+
+// ValidateCreate implements admission.Validator.
+func (v *SubnetValidator) ValidateCreate(ctx context.Context, s *ipamv1.Subnet) (admission.Warnings, error) {
+	return v.validate(ctx, nil, s)
+}
+
+// ValidateUpdate implements admission.Validator.
+func (v *SubnetValidator) ValidateUpdate(ctx context.Context, old, s *ipamv1.Subnet) (admission.Warnings, error) {
+	return v.validate(ctx, old, s)
+}
+
+// ValidateDelete implements admission.Validator: a Subnet can always be
+// deleted; its range returns to the pool.
+func (v *SubnetValidator) ValidateDelete(ctx context.Context, _ *ipamv1.Subnet) (admission.Warnings, error) {
+	return finish(ctx, statuscalc.KindSubnet, subnetGK, "", verdict{}, nil)
+}
+
+// validate checks a create (old nil) or an update.
+func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (admission.Warnings, error) {
+	name := objectName(s.Name, s.GenerateName)
+	var res verdict
+	if s.Namespace == "" {
+		res.add(reasonMissingNamespace, field.Required(metadataPath.Child("namespace"), "Subnets are namespaced: create it in the namespace of its SubnetPool"))
+	}
+	res.merge(validateSubnetSpec(&s.Spec, specPath))
+	if old != nil {
+		// The claim is immutable once made; status-only and metadata
+		// changes pass. (The CRD's CEL rules say so too, for when this
+		// webhook is bypassed.)
+		res.merge(validateSubnetUpdate(old, s))
+		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
+	}
+	if len(res.errs) > 0 {
+		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
+	}
+
+	// An explicit range must not overlap anything the pool knows of,
+	// including a claim created a moment ago: catch up first.
+	explicit := s.Spec.CIDR != ""
+	if explicit {
+		if err := v.fresh.await(ctx, s.Namespace, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
+			return internalError(ctx, statuscalc.KindSubnet, err)
+		}
+	}
+	pool, ok := v.Ledger.Pool(s.Namespace, s.Spec.PoolRef)
+	if !ok && !explicit {
+		// Maybe it was created a moment ago; look again before warning.
+		if err := v.fresh.await(ctx, s.Namespace, statuscalc.KindSubnetPool); err != nil {
+			return internalError(ctx, statuscalc.KindSubnet, err)
+		}
+		pool, ok = v.Ledger.Pool(s.Namespace, s.Spec.PoolRef)
+	}
+	if !ok {
+		// GitOps applies in any order: the Subnet waits for its pool.
+		warning := fmt.Sprintf("SubnetPool %s/%s does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created", s.Namespace, s.Spec.PoolRef)
+		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, admission.Warnings{warning})
+	}
+	res.merge(validateSubnetInPool(&s.Spec, pool, s.Namespace, specPath))
+	if explicit && len(res.errs) == 0 {
+		p, _ := ipspace.ParseCanonical(s.Spec.CIDR) // validated above
+		if found, total := v.Ledger.Overlapping(s.Namespace, s.Spec.PoolRef, p, ledger.SubnetKey(s.Name), maxNamed); total > 0 {
+			res.add(reasonOverlap, field.Invalid(specPath.Child("cidr"), s.Spec.CIDR,
+				"overlaps "+describe(s.Namespace, found, total)+"; pick a free range, or set spec.prefixLength to have one allocated"))
+		}
+	}
+	return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
+}
+
+// validateSubnetUpdate rejects changes to the claim: poolRef, cidr and
+// prefixLength are immutable.
+func validateSubnetUpdate(old, s *ipamv1.Subnet) verdict {
+	var v verdict
+	const msg = "is immutable: delete the Subnet and create a new one to claim another range"
+	if s.Spec.PoolRef != old.Spec.PoolRef {
+		v.add(reasonImmutable, field.Invalid(specPath.Child("poolRef"), s.Spec.PoolRef, msg))
+	}
+	if s.Spec.CIDR != old.Spec.CIDR {
+		v.add(reasonImmutable, field.Invalid(specPath.Child("cidr"), s.Spec.CIDR, msg))
+	}
+	if !ptr.Equal(s.Spec.PrefixLength, old.Spec.PrefixLength) {
+		var value any = "unset"
+		if s.Spec.PrefixLength != nil {
+			value = *s.Spec.PrefixLength
+		}
+		v.add(reasonImmutable, field.Invalid(specPath.Child("prefixLength"), value, msg))
+	}
+	return v
+}

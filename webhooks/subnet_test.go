@@ -1,0 +1,264 @@
+package webhooks
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ledger"
+)
+
+// baseWorld: a /16 pool with a default length, bounds and a reserved /24,
+// an explicit Subnet, an allocated dynamic one, and a child pool.
+func baseWorld() *world {
+	p := pool("p", "10.0.0.0/16")
+	p.Spec.DefaultPrefixLength, p.Spec.MinPrefixLength, p.Spec.MaxPrefixLength = ptr.To[int32](24), ptr.To[int32](20), ptr.To[int32](28)
+	p.Spec.Reserved = []string{"10.0.255.0/24"}
+	doomed := pool("doomed", "10.1.0.0/16")
+	doomed.DeletionTimestamp = ptr.To(objectMeta("").CreationTimestamp)
+	return newWorld(p, doomed, pool("v6", "2001:db8::/48"),
+		subnet("web", "p", "10.0.1.0/24"),
+		allocated(dynamicSubnet("dyn", "p", 24), "10.0.2.0/24"),
+		child("team", "p", "10.0.128.0/17"),
+	)
+}
+
+func TestSubnetCreateRules(t *testing.T) {
+	tests := []struct {
+		name string
+		s    *ipamv1.Subnet
+		want field.ErrorList
+	}{
+		{name: "a free explicit range", s: subnet("ok", "p", "10.0.3.0/24")},
+		{name: "adjacent to others", s: subnet("ok", "p", "10.0.0.0/24")},
+		{name: "a length", s: dynamicSubnet("ok", "p", 26)},
+		{name: "the pool's default", s: subnet("ok", "p", "")},
+		{name: "IPv6", s: subnet("ok", "v6", "2001:db8:0:1::/64")},
+		{name: "no namespace", s: func() *ipamv1.Subnet { s := subnet("x", "p", "10.0.3.0/24"); s.Namespace = ""; return s }(),
+			want: field.ErrorList{field.Required(field.NewPath("metadata", "namespace"), "")}},
+		{name: "no poolRef", s: subnet("x", "", "10.0.3.0/24"),
+			want: field.ErrorList{field.Required(field.NewPath("spec", "poolRef"), "")}},
+		{name: "blank poolRef", s: subnet("x", "  ", "10.0.3.0/24"),
+			want: field.ErrorList{field.Required(field.NewPath("spec", "poolRef"), "")}},
+		{name: "host bits", s: subnet("x", "p", "10.0.3.1/24"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "malformed", s: subnet("x", "p", "10.0.3/24"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "cidr and prefixLength", s: func() *ipamv1.Subnet {
+			s := subnet("x", "p", "10.0.3.0/24")
+			s.Spec.PrefixLength = ptr.To[int32](24)
+			return s
+		}(),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "prefixLength"), "", "")}},
+		{name: "other family", s: subnet("x", "p", "2001:db8::/64"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "outside the pool", s: subnet("x", "p", "10.9.0.0/24"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "on a reserved range", s: subnet("x", "p", "10.0.255.128/25"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "at minPrefixLength", s: subnet("x", "p", "10.0.16.0/20")},
+		{name: "explicit shorter than minPrefixLength", s: subnet("x", "p", "10.0.32.0/19"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "length longer than maxPrefixLength", s: dynamicSubnet("x", "p", 29),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "prefixLength"), "", "")}},
+		{name: "length out of 0-128", s: dynamicSubnet("x", "p", 129),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "prefixLength"), "", "")}},
+		{name: "equal to an explicit Subnet", s: subnet("x", "p", "10.0.1.0/24"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "inside an allocated Subnet", s: subnet("x", "p", "10.0.2.128/25"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "containing Subnets", s: subnet("x", "p", "10.0.0.0/20"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "inside a child pool", s: subnet("x", "p", "10.0.200.0/24"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "pool being deleted", s: subnet("x", "doomed", "10.1.0.0/24"),
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "poolRef"), "", "")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := baseWorld()
+			_, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), tt.s)
+			field.ErrorMatcher{}.ByType().ByField().Test(t, tt.want, fieldErrors(t, err))
+		})
+	}
+}
+
+// The message is the product: the common mistakes, in full, as kubectl
+// prints them after "admission webhook ... denied the request: ".
+func TestSubnetMessages(t *testing.T) {
+	golden := []struct {
+		s    *ipamv1.Subnet
+		want string
+	}{
+		{subnet("web2", "p", "10.0.1.1/24"),
+			`Subnet.ipam.subnet-operator.io "web2" is invalid: spec.cidr: Invalid value: "10.0.1.1/24": host bits set; did you mean "10.0.1.0/24"?`},
+		{subnet("web2", "p", "10.0.1.0/24"),
+			`Subnet.ipam.subnet-operator.io "web2" is invalid: spec.cidr: Invalid value: "10.0.1.0/24": overlaps Subnet team-a/web (10.0.1.0/24); pick a free range, or set spec.prefixLength to have one allocated`},
+		{subnet("wide", "p", "10.0.0.0/20"),
+			`Subnet.ipam.subnet-operator.io "wide" is invalid: spec.cidr: Invalid value: "10.0.0.0/20": overlaps Subnet team-a/web (10.0.1.0/24), Subnet team-a/dyn (10.0.2.0/24); pick a free range, or set spec.prefixLength to have one allocated`},
+		{subnet("far", "p", "192.168.0.0/24"),
+			`Subnet.ipam.subnet-operator.io "far" is invalid: spec.cidr: Invalid value: "192.168.0.0/24": lies outside SubnetPool team-a/p (10.0.0.0/16)`},
+		{subnet("gw", "p", "10.0.255.0/26"),
+			`Subnet.ipam.subnet-operator.io "gw" is invalid: spec.cidr: Invalid value: "10.0.255.0/26": overlaps reserved range 10.0.255.0/24 of SubnetPool team-a/p`},
+		{subnet("mixed", "p", "2001:db8::/64"),
+			`Subnet.ipam.subnet-operator.io "mixed" is invalid: spec.cidr: Invalid value: "2001:db8::/64": is IPv6 but SubnetPool team-a/p (10.0.0.0/16) is IPv4`},
+		{subnet("mapped", "p", "::ffff:10.0.0.0/104"),
+			`Subnet.ipam.subnet-operator.io "mapped" is invalid: spec.cidr: Invalid value: "::ffff:10.0.0.0/104": IPv4-mapped IPv6 is not allowed; write the IPv4 form; did you mean "10.0.0.0/8"?`},
+		{dynamicSubnet("tiny", "p", 30),
+			`Subnet.ipam.subnet-operator.io "tiny" is invalid: spec.prefixLength: Invalid value: 30: prefix length 30 is longer than maxPrefixLength 28 of SubnetPool team-a/p`},
+		{subnet("orphan", "", "10.0.9.0/24"),
+			`Subnet.ipam.subnet-operator.io "orphan" is invalid: spec.poolRef: Required value: name the SubnetPool to claim from`},
+	}
+	for _, g := range golden {
+		_, err := baseWorld().subnetValidator().ValidateCreate(withOp(admissionv1.Create), g.s)
+		if err == nil || err.Error() != g.want {
+			t.Errorf("%s:\n got: %v\nwant: %s", g.s.Name, err, g.want)
+		}
+	}
+}
+
+func TestSubnetBeforeItsPoolIsAdmittedWithAWarning(t *testing.T) {
+	w := newWorld()
+	warnings, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), dynamicSubnet("early", "later", 24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"SubnetPool team-a/later does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created"}
+	if diff := cmp.Diff(want, []string(warnings)); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+}
+
+func TestSubnetUpdateRules(t *testing.T) {
+	old := allocated(subnet("web", "p", "10.0.1.0/24"), "10.0.1.0/24")
+	tests := []struct {
+		name   string
+		mutate func(*ipamv1.Subnet)
+		want   field.ErrorList
+	}{
+		{name: "status only", mutate: func(s *ipamv1.Subnet) { s.Status.Addresses = "256" }},
+		{name: "labels", mutate: func(s *ipamv1.Subnet) { s.Labels = map[string]string{"team": "a"} }},
+		{name: "poolRef", mutate: func(s *ipamv1.Subnet) { s.Spec.PoolRef = "other" },
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "poolRef"), "", "")}},
+		{name: "cidr", mutate: func(s *ipamv1.Subnet) { s.Spec.CIDR = "10.0.3.0/24" },
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
+		{name: "cidr to prefixLength", mutate: func(s *ipamv1.Subnet) { s.Spec.CIDR, s.Spec.PrefixLength = "", ptr.To[int32](24) },
+			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", ""), field.Invalid(field.NewPath("spec", "prefixLength"), "", "")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := old.DeepCopy()
+			tt.mutate(s)
+			_, err := baseWorld().subnetValidator().ValidateUpdate(withOp(admissionv1.Update), old, s)
+			field.ErrorMatcher{}.ByType().ByField().Test(t, tt.want, fieldErrors(t, err))
+		})
+	}
+}
+
+// Whatever the defaulter produces from a valid request passes validation,
+// and it is deterministic.
+func TestDefaultedSubnetsPassValidation(t *testing.T) {
+	w := baseWorld()
+	d := &SubnetDefaulter{Ledger: w.ledger}
+	for _, s := range []*ipamv1.Subnet{
+		subnet("plain", "p", ""),
+		subnet("upper", "v6", "2001:DB8:0:5::/64"),
+		subnet("zeros", "v6", "2001:0db8:0000:0006::/64"),
+		dynamicSubnet("len", "p", 25),
+		subnet("missing-pool", "nowhere", ""),
+	} {
+		first, second := s.DeepCopy(), s.DeepCopy()
+		for _, obj := range []*ipamv1.Subnet{first, second} {
+			if err := d.Default(withOp(admissionv1.Create), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if diff := cmp.Diff(first, second); diff != "" {
+			t.Errorf("%s: defaulting is not deterministic:\n%s", s.Name, diff)
+		}
+		if _, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), first); err != nil {
+			t.Errorf("%s: defaulted object fails validation: %v", s.Name, err)
+		}
+		if first.Labels[ipamv1.LabelPool] != s.Spec.PoolRef {
+			t.Errorf("%s: pool label %q", s.Name, first.Labels[ipamv1.LabelPool])
+		}
+	}
+	s := subnet("plain", "p", "")
+	_ = d.Default(withOp(admissionv1.Create), s)
+	if s.Spec.PrefixLength == nil || *s.Spec.PrefixLength != 24 {
+		t.Errorf("prefixLength not defaulted from the pool: %v", s.Spec.PrefixLength)
+	}
+	// On update the claim is not touched, even if the pool now has a default.
+	s = subnet("plain", "p", "")
+	_ = d.Default(withOp(admissionv1.Update), s)
+	if s.Spec.PrefixLength != nil {
+		t.Error("prefixLength defaulted on update")
+	}
+}
+
+// Invariant 2: a create that the API server has stored is seen by the next
+// admission even if the informer has not delivered it yet. The barrier reads
+// the namespace's count from the API server, waits for the ledger to reach
+// it, and only then decides.
+func TestBackToBackCreatesWaitForTheLedger(t *testing.T) {
+	w := baseWorld()
+	first := subnet("first", "p", "10.0.7.0/24")
+	w.api.add(first) // stored and returned to its client; not delivered yet
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		w.ledger.ApplySubnet(first, ledger.Created, nil) // the informer, late
+	}()
+	start := time.Now()
+	_, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), subnet("second", "p", "10.0.7.128/25"))
+	if err == nil || !strings.Contains(err.Error(), "overlaps Subnet team-a/first") {
+		t.Fatalf("the second create was not rejected: %v", err)
+	}
+	if waited := time.Since(start); waited < 40*time.Millisecond {
+		t.Errorf("decided after %s, before the ledger could have caught up", waited)
+	}
+}
+
+// If the ledger cannot catch up in time, the decision is made anyway (the
+// arbiter still guards against overlap) and counted.
+func TestBarrierTimeoutIsBoundedAndCounted(t *testing.T) {
+	w := baseWorld()
+	w.api.add(subnet("lost", "p", "10.0.8.0/24")) // never delivered
+	v := &SubnetValidator{Ledger: w.ledger, fresh: w.fresh(100 * time.Millisecond)}
+	before := testutil.ToFloat64(staleDecisions.WithLabelValues("Subnet"))
+	start := time.Now()
+	if _, err := v.ValidateCreate(withOp(admissionv1.Create), subnet("next", "p", "10.0.9.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Errorf("waited %s", waited)
+	}
+	if after := testutil.ToFloat64(staleDecisions.WithLabelValues("Subnet")); after != before+1 {
+		t.Errorf("stale decisions %v -> %v", before, after)
+	}
+}
+
+func TestUnsyncedLedgerIsAnInternalError(t *testing.T) {
+	l := ledger.New() // never synced
+	v := &SubnetValidator{Ledger: l, fresh: &freshness{reader: &fakeAPI{}, ledger: l, timeout: time.Second, syncTimeout: 50 * time.Millisecond}}
+	_, err := v.ValidateCreate(withOp(admissionv1.Create), subnet("x", "p", "10.0.0.0/24"))
+	if err == nil || !strings.Contains(err.Error(), "Internal error") {
+		t.Fatalf("want an internal error, got %v", err)
+	}
+}
+
+func TestAdmissionMetric(t *testing.T) {
+	w := baseWorld()
+	counter := admissionDecisions.WithLabelValues("Subnet", "CREATE", "denied", reasonOverlap)
+	before := testutil.ToFloat64(counter)
+	_, _ = w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), subnet("x", "p", "10.0.1.0/24"))
+	if after := testutil.ToFloat64(counter); after != before+1 {
+		t.Errorf("denials by overlap %v -> %v", before, after)
+	}
+}

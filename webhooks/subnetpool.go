@@ -1,0 +1,188 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ipspace"
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnetpool,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update,versions=v1alpha1,name=msubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnetpool,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update;delete,versions=v1alpha1,name=vsubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1
+
+var (
+	poolGK       = ipamv1.GroupVersion.WithKind("SubnetPool").GroupKind()
+	poolResource = ipamv1.GroupVersion.WithResource("subnetpools").GroupResource()
+)
+
+// SubnetPoolDefaulter rewrites spec.cidr and spec.reserved to canonical
+// text (case, zero compression; never the meaning).
+type SubnetPoolDefaulter struct{}
+
+var _ admission.Defaulter[*ipamv1.SubnetPool] = &SubnetPoolDefaulter{}
+
+// Default implements admission.Defaulter.
+func (d *SubnetPoolDefaulter) Default(_ context.Context, p *ipamv1.SubnetPool) error {
+	if canonical, err := ipspace.Canonical(p.Spec.CIDR); err == nil {
+		p.Spec.CIDR = canonical
+	}
+	for i, r := range p.Spec.Reserved {
+		if canonical, err := ipspace.Canonical(r); err == nil {
+			p.Spec.Reserved[i] = canonical
+		}
+	}
+	return nil
+}
+
+// SubnetPoolValidator checks a pool on its own, against its parent and
+// siblings, against what it holds when it changes, and refuses to delete a
+// pool in use.
+type SubnetPoolValidator struct {
+	Ledger *ledger.Ledger
+	fresh  *freshness
+}
+
+var _ admission.Validator[*ipamv1.SubnetPool] = &SubnetPoolValidator{}
+
+// ValidateCreate implements admission.Validator.
+func (v *SubnetPoolValidator) ValidateCreate(ctx context.Context, p *ipamv1.SubnetPool) (admission.Warnings, error) {
+	return v.validate(ctx, nil, p)
+}
+
+// ValidateUpdate implements admission.Validator.
+func (v *SubnetPoolValidator) ValidateUpdate(ctx context.Context, old, p *ipamv1.SubnetPool) (admission.Warnings, error) {
+	return v.validate(ctx, old, p)
+}
+
+// ValidateDelete implements admission.Validator: a pool that Subnets or
+// child pools use cannot be deleted (the finalizer also keeps it when this
+// webhook is bypassed).
+func (v *SubnetPoolValidator) ValidateDelete(ctx context.Context, p *ipamv1.SubnetPool) (admission.Warnings, error) {
+	if err := v.fresh.await(ctx, p.Namespace, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
+		return internalError(ctx, statuscalc.KindSubnetPool, err)
+	}
+	named, subnets, children := v.Ledger.Users(p.Namespace, p.Name, maxNamed)
+	if subnets+children == 0 {
+		return finish(ctx, statuscalc.KindSubnetPool, poolGK, p.Name, verdict{}, nil)
+	}
+	names := make([]string, 0, len(named))
+	for _, k := range named {
+		names = append(names, fmt.Sprintf("%s %s/%s", k.Kind(), p.Namespace, k.Name()))
+	}
+	list := strings.Join(names, ", ")
+	if extra := subnets + children - len(named); extra > 0 {
+		list += fmt.Sprintf(" and %d more", extra)
+	}
+	admissionDecisions.WithLabelValues(statuscalc.KindSubnetPool, operation(ctx), "denied", reasonInUse).Inc()
+	return nil, apierrors.NewForbidden(poolResource, p.Name, fmt.Errorf(
+		"SubnetPool %s/%s is in use by %d Subnets and %d child pools (%s); delete them first", p.Namespace, p.Name, subnets, children, list))
+}
+
+// validate checks a create (old nil) or an update.
+func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.SubnetPool) (admission.Warnings, error) {
+	name := objectName(p.Name, p.GenerateName)
+	var res verdict
+	if p.Namespace == "" {
+		res.add(reasonMissingNamespace, field.Required(metadataPath.Child("namespace"), "SubnetPools are namespaced"))
+	}
+	res.merge(validatePoolSpec(p.Name, &p.Spec, specPath))
+	if old != nil && old.Spec.ParentRef != p.Spec.ParentRef {
+		res.add(reasonImmutable, field.Invalid(specPath.Child("parentRef"), p.Spec.ParentRef, "is immutable: create a new pool under the other parent"))
+	}
+	if len(res.errs) > 0 {
+		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
+	}
+	// Unchanged range, reserved ranges and parent: nothing else to check
+	// (status updates, labels, the finalizer).
+	if old != nil && old.Spec.CIDR == p.Spec.CIDR && slices.Equal(old.Spec.Reserved, p.Spec.Reserved) {
+		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
+	}
+	if err := v.fresh.await(ctx, p.Namespace, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
+		return internalError(ctx, statuscalc.KindSubnetPool, err)
+	}
+	cidr, _ := ipspace.ParseCanonical(p.Spec.CIDR) // validated above
+	if p.Spec.ParentRef != "" {
+		res.merge(v.validateInParent(p, cidr))
+	}
+	if old != nil {
+		res.merge(v.validateHoldings(p, cidr))
+	}
+	return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
+}
+
+// validateInParent checks a child pool against its parent: the parent
+// exists, the chain makes no cycle, the range lies inside the parent, off
+// its reserved ranges, and overlaps none of the parent's other claims.
+func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.Prefix) verdict {
+	var res verdict
+	path := specPath.Child("parentRef")
+	parent, ok := v.Ledger.Pool(p.Namespace, p.Spec.ParentRef)
+	if !ok {
+		res.add(reasonParentNotFound, field.Invalid(path, p.Spec.ParentRef,
+			fmt.Sprintf("SubnetPool %s/%s does not exist; create the parent pool first", p.Namespace, p.Spec.ParentRef)))
+		return res
+	}
+	if parent.Deleting {
+		res.add(reasonPoolTerminating, field.Invalid(path, p.Spec.ParentRef, fmt.Sprintf("SubnetPool %s/%s is being deleted", p.Namespace, p.Spec.ParentRef)))
+		return res
+	}
+	if chain := v.Ledger.Ancestors(p.Namespace, p.Spec.ParentRef); slices.Contains(chain, p.Name) {
+		cycle := append([]string{p.Name, p.Spec.ParentRef}, chain[:slices.Index(chain, p.Name)+1]...)
+		res.add(reasonCycle, field.Invalid(path, p.Spec.ParentRef, "makes a cycle: "+strings.Join(cycle, " -> ")))
+		return res
+	}
+	cidrPath := specPath.Child("cidr")
+	parentName := p.Namespace + "/" + parent.Name
+	switch {
+	case !parent.Spec.IsValid():
+		return res
+	case cidr.Addr().BitLen() != parent.Spec.Addr().BitLen():
+		res.add(reasonFamily, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("is %s but parent SubnetPool %s (%s) is %s",
+			ipspace.Family(cidr.Addr()), parentName, parent.Spec, ipspace.Family(parent.Spec.Addr()))))
+		return res
+	case !statuscalc.Contains(parent.Spec, cidr):
+		res.add(reasonOutOfRange, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("lies outside parent SubnetPool %s (%s)", parentName, parent.Spec)))
+		return res
+	}
+	for _, r := range parent.Reserved {
+		if r.Overlaps(cidr) {
+			res.add(reasonReserved, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("overlaps reserved range %s of parent SubnetPool %s", r, parentName)))
+		}
+	}
+	if found, total := v.Ledger.Overlapping(p.Namespace, p.Spec.ParentRef, cidr, ledger.PoolKey(p.Name), maxNamed); total > 0 {
+		res.add(reasonOverlap, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("overlaps %s in parent SubnetPool %s; pick a free range",
+			describe(p.Namespace, found, total), parentName)))
+	}
+	return res
+}
+
+// validateHoldings checks a changed pool against what it holds: it may grow,
+// but not shrink below a claim, and a new reserved range may not cover one.
+func (v *SubnetPoolValidator) validateHoldings(p *ipamv1.SubnetPool, cidr netip.Prefix) verdict {
+	var res verdict
+	if found, total := v.Ledger.Outside(p.Namespace, p.Name, cidr, maxNamed); total > 0 {
+		res.add(reasonShrink, field.Invalid(specPath.Child("cidr"), p.Spec.CIDR,
+			fmt.Sprintf("would leave claims outside the pool: %s; a pool may grow, or shrink only around what it holds", describe(p.Namespace, found, total))))
+	}
+	for i, r := range p.Spec.Reserved {
+		rp, err := ipspace.ParseCanonical(r)
+		if err != nil {
+			continue // reported by validatePoolSpec
+		}
+		if found, total := v.Ledger.Overlapping(p.Namespace, p.Name, rp, "", maxNamed); total > 0 {
+			res.add(reasonReserved, field.Invalid(specPath.Child("reserved").Index(i), r,
+				"covers ranges already claimed: "+describe(p.Namespace, found, total)))
+		}
+	}
+	return res
+}

@@ -1,0 +1,226 @@
+package webhooks
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ipspace"
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// Denial reasons: the bounded label values of the admission metric.
+const (
+	reasonMissingNamespace = "missing_namespace"
+	reasonMissingPoolRef   = "missing_pool_ref"
+	reasonInvalidCIDR      = "invalid_cidr"
+	reasonInvalidSpec      = "invalid_spec"
+	reasonFamily           = "family_mismatch"
+	reasonOutOfRange       = "out_of_range"
+	reasonReserved         = "reserved"
+	reasonPrefixBounds     = "prefix_bounds"
+	reasonOverlap          = "overlap"
+	reasonImmutable        = "immutable"
+	reasonPoolTerminating  = "pool_terminating"
+	reasonParentNotFound   = "parent_not_found"
+	reasonCycle            = "cycle"
+	reasonShrink           = "shrink"
+	reasonInUse            = "in_use"
+)
+
+// verdict collects the field errors of one request and, for the metric,
+// the reason of each.
+type verdict struct {
+	errs    field.ErrorList
+	reasons []string
+}
+
+func (v *verdict) add(reason string, err *field.Error) {
+	v.errs = append(v.errs, err)
+	v.reasons = append(v.reasons, reason)
+}
+
+func (v *verdict) merge(o verdict) {
+	v.errs = append(v.errs, o.errs...)
+	v.reasons = append(v.reasons, o.reasons...)
+}
+
+// reason is the label of the first denial, which is what a user fixes first.
+func (v *verdict) reason() string {
+	if len(v.reasons) == 0 {
+		return ""
+	}
+	return v.reasons[0]
+}
+
+// maxNamed bounds how many colliding objects a message names.
+const maxNamed = 3
+
+// validateCIDR checks a CIDR field: it must parse, have no host bits set and
+// be in canonical form. The message says what to write instead.
+func validateCIDR(value string, path *field.Path) (netip.Prefix, *field.Error) {
+	p, err := ipspace.ParseCanonical(value)
+	if err != nil {
+		var pe *ipspace.ParseError
+		if errors.As(err, &pe) {
+			return netip.Prefix{}, field.Invalid(path, value, pe.Error())
+		}
+		return netip.Prefix{}, field.Invalid(path, value, err.Error())
+	}
+	return p, nil
+}
+
+// validateSubnetSpec checks what a Subnet's spec says on its own.
+func validateSubnetSpec(spec *ipamv1.SubnetSpec, path *field.Path) verdict {
+	var v verdict
+	if strings.TrimSpace(spec.PoolRef) == "" {
+		v.add(reasonMissingPoolRef, field.Required(path.Child("poolRef"), "name the SubnetPool to claim from"))
+	}
+	switch {
+	case spec.CIDR != "" && spec.PrefixLength != nil:
+		v.add(reasonInvalidSpec, field.Invalid(path.Child("prefixLength"), *spec.PrefixLength,
+			"set either cidr (an explicit range) or prefixLength (a range the controller allocates), not both"))
+	case spec.CIDR != "":
+		if _, err := validateCIDR(spec.CIDR, path.Child("cidr")); err != nil {
+			v.add(reasonInvalidCIDR, err)
+		}
+	case spec.PrefixLength != nil && (*spec.PrefixLength < 0 || *spec.PrefixLength > 128):
+		v.add(reasonPrefixBounds, field.Invalid(path.Child("prefixLength"), *spec.PrefixLength, "must be between 0 and 128"))
+	}
+	return v
+}
+
+// validateSubnetInPool checks a Subnet against its pool: family, range,
+// reserved ranges, and the bounds of the prefix length the Subnet will have
+// (its CIDR's, or prefixLength, or the pool's default).
+func validateSubnetInPool(spec *ipamv1.SubnetSpec, pool ledger.PoolView, namespace string, path *field.Path) verdict {
+	var v verdict
+	poolName := namespace + "/" + pool.Name
+	if pool.Deleting {
+		v.add(reasonPoolTerminating, field.Invalid(path.Child("poolRef"), spec.PoolRef,
+			fmt.Sprintf("SubnetPool %s is being deleted; claim from another pool", poolName)))
+		return v
+	}
+	if !pool.Spec.IsValid() {
+		return v // the pool reports its own invalid spec
+	}
+	var length int
+	lengthPath := path.Child("prefixLength")
+	if spec.CIDR != "" {
+		p, err := ipspace.ParseCanonical(spec.CIDR)
+		if err != nil {
+			return v // reported by validateSubnetSpec
+		}
+		cidrPath := path.Child("cidr")
+		switch {
+		case p.Addr().BitLen() != pool.Spec.Addr().BitLen():
+			v.add(reasonFamily, field.Invalid(cidrPath, spec.CIDR, fmt.Sprintf("is %s but SubnetPool %s (%s) is %s",
+				ipspace.Family(p.Addr()), poolName, pool.Spec, ipspace.Family(pool.Spec.Addr()))))
+			return v
+		case !statuscalc.Contains(pool.Spec, p):
+			v.add(reasonOutOfRange, field.Invalid(cidrPath, spec.CIDR, fmt.Sprintf("lies outside SubnetPool %s (%s)", poolName, pool.Spec)))
+			return v
+		}
+		for _, r := range pool.Reserved {
+			if r.Overlaps(p) {
+				v.add(reasonReserved, field.Invalid(cidrPath, spec.CIDR, fmt.Sprintf("overlaps reserved range %s of SubnetPool %s", r, poolName)))
+			}
+		}
+		length, lengthPath = p.Bits(), cidrPath
+	} else if spec.PrefixLength != nil {
+		length = int(*spec.PrefixLength)
+	} else {
+		length = pool.Default
+	}
+	if length < 0 {
+		if spec.CIDR == "" && spec.PrefixLength == nil {
+			v.add(reasonInvalidSpec, field.Required(path.Child("prefixLength"),
+				fmt.Sprintf("SubnetPool %s has no defaultPrefixLength; set spec.prefixLength or spec.cidr", poolName)))
+		}
+		return v
+	}
+	width := pool.Spec.Addr().BitLen()
+	var value any = length
+	if spec.CIDR != "" {
+		value = spec.CIDR
+	}
+	switch {
+	case length < pool.Spec.Bits() || length > width:
+		v.add(reasonPrefixBounds, field.Invalid(lengthPath, value, fmt.Sprintf("prefix length %d does not fit SubnetPool %s (%s): use %d to %d",
+			length, poolName, pool.Spec, pool.Spec.Bits(), width)))
+	case pool.Min >= 0 && length < pool.Min:
+		v.add(reasonPrefixBounds, field.Invalid(lengthPath, value, fmt.Sprintf("prefix length %d is shorter than minPrefixLength %d of SubnetPool %s", length, pool.Min, poolName)))
+	case pool.Max >= 0 && length > pool.Max:
+		v.add(reasonPrefixBounds, field.Invalid(lengthPath, value, fmt.Sprintf("prefix length %d is longer than maxPrefixLength %d of SubnetPool %s", length, pool.Max, poolName)))
+	}
+	return v
+}
+
+// validatePoolSpec checks what a pool's spec says on its own.
+func validatePoolSpec(name string, spec *ipamv1.SubnetPoolSpec, path *field.Path) verdict {
+	var v verdict
+	cidr, err := validateCIDR(spec.CIDR, path.Child("cidr"))
+	if err != nil {
+		v.add(reasonInvalidCIDR, err)
+	}
+	if spec.ParentRef != "" && spec.ParentRef == name {
+		v.add(reasonCycle, field.Invalid(path.Child("parentRef"), spec.ParentRef, "must not name the pool itself"))
+	}
+	for i, r := range spec.Reserved {
+		rp, err := validateCIDR(r, path.Child("reserved").Index(i))
+		if err != nil {
+			v.add(reasonInvalidCIDR, err)
+			continue
+		}
+		if cidr.IsValid() && !statuscalc.Contains(cidr, rp) {
+			v.add(reasonOutOfRange, field.Invalid(path.Child("reserved").Index(i), r, fmt.Sprintf("must lie inside spec.cidr %s", cidr)))
+		}
+	}
+	lengths := []struct {
+		name  string
+		value *int32
+	}{{"minPrefixLength", spec.MinPrefixLength}, {"defaultPrefixLength", spec.DefaultPrefixLength}, {"maxPrefixLength", spec.MaxPrefixLength}}
+	for _, l := range lengths {
+		if l.value == nil {
+			continue
+		}
+		lp := path.Child(l.name)
+		switch {
+		case *l.value < 0 || *l.value > 128:
+			v.add(reasonPrefixBounds, field.Invalid(lp, *l.value, "must be between 0 and 128"))
+		case cidr.IsValid() && (int(*l.value) < cidr.Bits() || int(*l.value) > cidr.Addr().BitLen()):
+			v.add(reasonPrefixBounds, field.Invalid(lp, *l.value, fmt.Sprintf("must be between %d (the pool's own length) and %d", cidr.Bits(), cidr.Addr().BitLen())))
+		}
+	}
+	minLen, defLen, maxLen := statuscalc.Length(spec.MinPrefixLength), statuscalc.Length(spec.DefaultPrefixLength), statuscalc.Length(spec.MaxPrefixLength)
+	if minLen >= 0 && maxLen >= 0 && minLen > maxLen {
+		v.add(reasonPrefixBounds, field.Invalid(path.Child("minPrefixLength"), minLen, fmt.Sprintf("must not be greater than maxPrefixLength (%d)", maxLen)))
+	}
+	if defLen >= 0 && minLen >= 0 && defLen < minLen {
+		v.add(reasonPrefixBounds, field.Invalid(path.Child("defaultPrefixLength"), defLen, fmt.Sprintf("must not be less than minPrefixLength (%d)", minLen)))
+	}
+	if defLen >= 0 && maxLen >= 0 && defLen > maxLen {
+		v.add(reasonPrefixBounds, field.Invalid(path.Child("defaultPrefixLength"), defLen, fmt.Sprintf("must not be greater than maxPrefixLength (%d)", maxLen)))
+	}
+	return v
+}
+
+// describe names up to maxNamed claims with their ranges, plus a count of
+// the rest: "Subnet team-a/web (10.0.1.0/24), SubnetPool team-a/x (...) and
+// 4 more".
+func describe(namespace string, found []ledger.Claimant, total int) string {
+	parts := make([]string, 0, len(found))
+	for _, c := range found {
+		parts = append(parts, fmt.Sprintf("%s %s/%s (%s)", c.Key.Kind(), namespace, c.Key.Name(), c.Range))
+	}
+	s := strings.Join(parts, ", ")
+	if extra := total - len(found); extra > 0 {
+		s += fmt.Sprintf(" and %d more", extra)
+	}
+	return s
+}

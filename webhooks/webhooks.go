@@ -1,0 +1,205 @@
+// Package webhooks holds the defaulting and validating admission webhooks of
+// Subnet and SubnetPool. They are the fast, friendly first line: malformed,
+// out-of-range and overlapping claims are rejected with the field, the bad
+// value and the object they collide with. The guarantee against overlap is
+// the arbiter (package ledger, run by the reconcilers); the webhooks answer
+// from the same ledger, on every replica.
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// Options tune the webhooks.
+type Options struct {
+	// FreshnessTimeout bounds how long a request waits for the ledger to
+	// catch up with the API server before it is decided anyway (the arbiter
+	// still guards against overlap). Default 2s.
+	FreshnessTimeout time.Duration
+	// SyncTimeout bounds how long a request waits for the ledger's initial
+	// sync before it fails with an internal error. Default 10s.
+	SyncTimeout time.Duration
+}
+
+// Setup registers the defaulting and validating webhooks of both kinds with
+// the manager's webhook server. reader must read from the API server, not a
+// cache: it takes the watermarks of the freshness barrier.
+func Setup(mgr ctrl.Manager, l *ledger.Ledger, reader client.Reader, opts Options) error {
+	if l == nil || reader == nil {
+		return fmt.Errorf("webhooks: a ledger and an API reader are required")
+	}
+	if opts.FreshnessTimeout == 0 {
+		opts.FreshnessTimeout = 2 * time.Second
+	}
+	if opts.SyncTimeout == 0 {
+		opts.SyncTimeout = 10 * time.Second
+	}
+	f := &freshness{reader: reader, ledger: l, timeout: opts.FreshnessTimeout, syncTimeout: opts.SyncTimeout}
+	if err := ctrl.NewWebhookManagedBy(mgr, &ipamv1.Subnet{}).
+		WithDefaulter(&SubnetDefaulter{Ledger: l}).
+		WithValidator(&SubnetValidator{Ledger: l, fresh: f}).
+		Complete(); err != nil {
+		return fmt.Errorf("subnet webhooks: %w", err)
+	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &ipamv1.SubnetPool{}).
+		WithDefaulter(&SubnetPoolDefaulter{}).
+		WithValidator(&SubnetPoolValidator{Ledger: l, fresh: f}).
+		Complete(); err != nil {
+		return fmt.Errorf("subnetpool webhooks: %w", err)
+	}
+	return nil
+}
+
+// freshness is the admission barrier of design invariant 2: once a create
+// has returned to its client, an overlapping create must be rejected even if
+// this replica's informer has not delivered the first one yet. Before a
+// decision that depends on other objects, it takes a watermark of each kind
+// with a cheap consistent read (a LIST with limit=1 in the namespace) and
+// waits, boundedly, until the ledger has caught up with it.
+type freshness struct {
+	reader      client.Reader
+	ledger      *ledger.Ledger
+	timeout     time.Duration
+	syncTimeout time.Duration
+}
+
+// await makes the ledger at least as fresh as the API server was when it was
+// called, for the given kinds in namespace. It fails only if the ledger has
+// never synced or the reads fail: both are internal errors, never a silent
+// allow.
+func (f *freshness) await(ctx context.Context, namespace string, kinds ...string) error {
+	syncCtx, cancel := context.WithTimeout(ctx, f.syncTimeout)
+	defer cancel()
+	if err := f.ledger.WaitForSync(syncCtx); err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("the operator's view of SubnetPools and Subnets is not loaded yet; retry shortly: %w", err))
+	}
+	start := time.Now()
+	marks := make([]ledger.Watermark, len(kinds))
+	errs := make(chan error, len(kinds))
+	for i, kind := range kinds {
+		go func() { // the reads are independent: take them in parallel
+			var err error
+			marks[i], err = f.watermark(ctx, namespace, kind)
+			errs <- err
+		}()
+	}
+	for range kinds {
+		if err := <-errs; err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("reading the current state from the API server: %w", err))
+		}
+	}
+	caughtUp := f.ledger.AwaitCaughtUp(ctx, f.timeout, marks...)
+	for _, kind := range kinds {
+		freshnessWait.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+		if !caughtUp {
+			staleDecisions.WithLabelValues(kind).Inc()
+		}
+	}
+	if !caughtUp {
+		logf.FromContext(ctx).Info("Deciding admission on a view that did not catch up with the API server in time; the arbiter still guards against overlap",
+			"namespace", namespace, "timeout", f.timeout)
+	}
+	return nil
+}
+
+func (f *freshness) watermark(ctx context.Context, namespace, kind string) (ledger.Watermark, error) {
+	var list client.ObjectList = &ipamv1.SubnetList{}
+	if kind == statuscalc.KindSubnetPool {
+		list = &ipamv1.SubnetPoolList{}
+	}
+	if err := f.reader.List(ctx, list, client.InNamespace(namespace), client.Limit(1)); err != nil {
+		return ledger.Watermark{}, err
+	}
+	count := 0
+	switch l := list.(type) {
+	case *ipamv1.SubnetList:
+		count = len(l.Items)
+	case *ipamv1.SubnetPoolList:
+		count = len(l.Items)
+	}
+	if remaining := list.GetRemainingItemCount(); remaining != nil {
+		count += int(*remaining)
+	}
+	return ledger.Watermark{Kind: kind, Namespace: namespace, ResourceVersion: list.GetResourceVersion(), Count: count}, nil
+}
+
+// finish turns a verdict into the webhook's answer and counts it.
+func finish(ctx context.Context, kind string, gk schema.GroupKind, name string, v verdict, warnings admission.Warnings) (admission.Warnings, error) {
+	op := operation(ctx)
+	if len(v.errs) == 0 {
+		admissionDecisions.WithLabelValues(kind, op, "allowed", "").Inc()
+		return warnings, nil
+	}
+	admissionDecisions.WithLabelValues(kind, op, "denied", v.reason()).Inc()
+	return warnings, apierrors.NewInvalid(gk, name, v.errs)
+}
+
+// internalError counts and returns a failure that is not the user's.
+func internalError(ctx context.Context, kind string, err error) (admission.Warnings, error) {
+	admissionDecisions.WithLabelValues(kind, operation(ctx), "error", "internal").Inc()
+	return nil, err
+}
+
+func operation(ctx context.Context) string {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return "unknown"
+	}
+	switch req.Operation {
+	case admissionv1.Create, admissionv1.Update, admissionv1.Delete:
+		return string(req.Operation)
+	}
+	return "other"
+}
+
+// objectName is the name a message should show; on create with
+// generateName the name is not chosen yet.
+func objectName(name, generateName string) string {
+	if name != "" {
+		return name
+	}
+	return generateName
+}
+
+var (
+	admissionDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "subnet_operator_admission_decisions_total",
+		Help: "Validating admission decisions, by kind, operation (CREATE, UPDATE, DELETE), result (allowed, denied, error) and the reason of a denial.",
+	}, []string{"kind", "operation", "result", "reason"})
+	freshnessWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "subnet_operator_admission_freshness_wait_seconds",
+		Help:    "Time an admission decision waited to read the API server's watermark and for the ledger to catch up with it.",
+		Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+	}, []string{"kind"})
+	staleDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "subnet_operator_admission_stale_view_total",
+		Help: "Admission decisions made after the ledger failed to catch up with the API server within the freshness timeout.",
+	}, []string{"kind"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(admissionDecisions, freshnessWait, staleDecisions)
+}
+
+// fieldPath helpers, shared by both kinds.
+var (
+	specPath     = field.NewPath("spec")
+	metadataPath = field.NewPath("metadata")
+)
