@@ -8,9 +8,10 @@ import (
 	"testing"
 )
 
-// TestGeneratedFilesAreCurrent regenerates the DeepCopy code and the CRDs
-// with the controller-gen pinned in go.mod and fails if the committed files
-// differ: run `make generate manifests` and commit the result.
+// TestGeneratedFilesAreCurrent regenerates the DeepCopy code, the CRDs, the
+// manager's role and the webhook configurations with the controller-gen
+// pinned in go.mod and fails if the committed files differ: run
+// `make generate manifests` and commit the result.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -18,9 +19,11 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	objects, crds := filepath.Join(tmp, "objects"), filepath.Join(tmp, "crds")
+	rbac, webhooks := filepath.Join(tmp, "rbac"), filepath.Join(tmp, "webhooks")
 	for _, args := range [][]string{
 		{"object", "paths=./api/...", "output:object:dir=" + objects},
 		{"crd", "paths=./api/...", "output:crd:dir=" + crds},
+		{"rbac:roleName=manager-role", "webhook", "paths=./...", "output:rbac:dir=" + rbac, "output:webhook:dir=" + webhooks},
 	} {
 		cmd := exec.Command("go", append([]string{"tool", "controller-gen"}, args...)...)
 		cmd.Dir = root
@@ -42,6 +45,8 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 		}
 	}
 	compare(filepath.Join(objects, "zz_generated.deepcopy.go"), filepath.Join(root, "api/v1alpha1/zz_generated.deepcopy.go"))
+	compare(filepath.Join(rbac, "role.yaml"), filepath.Join(root, "config/rbac/role.yaml"))
+	compare(filepath.Join(webhooks, "manifests.yaml"), filepath.Join(root, "config/webhook/manifests.yaml"))
 	entries, err := os.ReadDir(crds)
 	if err != nil {
 		t.Fatal(err)

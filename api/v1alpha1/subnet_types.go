@@ -30,8 +30,7 @@ type SubnetSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.1.0/24 or 2001:db8:0:1::/64 (no zone, no leading zeros, no IPv4-mapped IPv6)"
-	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",messageExpression="'host bits set; did you mean ' + string(cidr(self).masked()) + '?'"
-	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) != cidr(self).masked() || string(cidr(self)) == self",messageExpression="'not in canonical form; did you mean ' + string(cidr(self)) + '?'"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cidr is immutable"
 	CIDR string `json:"cidr,omitempty"`
 

@@ -25,8 +25,7 @@ type SubnetPoolSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/16 or 2001:db8::/48 (no zone, no leading zeros, no IPv4-mapped IPv6)"
-	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",messageExpression="'host bits set; did you mean ' + string(cidr(self).masked()) + '?'"
-	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) != cidr(self).masked() || string(cidr(self)) == self",messageExpression="'not in canonical form; did you mean ' + string(cidr(self)) + '?'"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"
 	CIDR string `json:"cidr"`
 
 	// ParentRef names the pool, in the same namespace, that this pool is carved
@@ -67,8 +66,7 @@ type SubnetPoolSpec struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=64
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/24 (no zone, no leading zeros, no IPv4-mapped IPv6)"
-	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",messageExpression="'host bits set; did you mean ' + string(cidr(self).masked()) + '?'"
-	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) != cidr(self).masked() || string(cidr(self)) == self",messageExpression="'not in canonical form; did you mean ' + string(cidr(self)) + '?'"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"
 	Reserved []string `json:"reserved,omitempty"`
 }
 
