@@ -51,6 +51,7 @@ import (
 	_ "github.com/cert-manager/cert-manager/pkg/controller/certificates/trigger"
 	_ "github.com/cert-manager/cert-manager/pkg/controller/clusterissuers"
 	_ "github.com/cert-manager/cert-manager/pkg/controller/issuers"
+
 	// Issuer implementations register themselves with the issuer factory.
 	_ "github.com/cert-manager/cert-manager/pkg/issuer/ca"
 	_ "github.com/cert-manager/cert-manager/pkg/issuer/selfsigned"
@@ -183,6 +184,9 @@ func runCAInjector(ctx context.Context, log logr.Logger, kubeconfig string) erro
 	if err != nil {
 		return err
 	}
+	// The injectors derive their server-side apply field manager from the
+	// user agent; an empty one is refused by the API server.
+	cfg.UserAgent = "cert-manager-cainjector"
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, admissionregistrationv1.AddToScheme, apiextensionsv1.AddToScheme,
