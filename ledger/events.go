@@ -41,19 +41,25 @@ type Event struct {
 	Wake []ClaimKey
 }
 
-// Subscribe registers fn for every event. fn runs on an informer's event
-// goroutine and must not block.
-func (l *Ledger) Subscribe(fn func(Event)) {
+// Subscribe registers fn for every event and returns a function that
+// removes it. fn runs on an informer's event goroutine and must not block.
+func (l *Ledger) Subscribe(fn func(Event)) (unsubscribe func()) {
 	l.listenersMu.Lock()
 	defer l.listenersMu.Unlock()
-	l.listeners = append(l.listeners, fn)
+	l.nextListener++
+	id := l.nextListener
+	l.listeners[id] = fn
+	return func() {
+		l.listenersMu.Lock()
+		defer l.listenersMu.Unlock()
+		delete(l.listeners, id)
+	}
 }
 
 func (l *Ledger) publish(ev Event) {
 	l.listenersMu.RLock()
-	listeners := slices.Clone(l.listeners)
-	l.listenersMu.RUnlock()
-	for _, fn := range listeners {
+	defer l.listenersMu.RUnlock()
+	for _, fn := range l.listeners {
 		fn(ev)
 	}
 }

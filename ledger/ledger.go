@@ -62,6 +62,7 @@ type claim struct {
 	pool    string // the pool it claims from (spec.poolRef, or a child's spec.parentRef)
 	uid     types.UID
 	created time.Time
+	seen    time.Time // when the ledger first saw it
 
 	// requested is the explicit range asked for (a Subnet's spec.cidr, a
 	// child pool's spec.cidr); invalid for a Subnet that asks for a length.
@@ -143,8 +144,10 @@ type slot struct {
 	// waiting holds the claims that hold nothing, or ask for a range other
 	// than the one they hold: the claims to wake when the pool changes.
 	waiting map[ClaimKey]struct{}
-	// subnets and children count the claims by kind.
+	// subnets and children count the claims by kind; reasons counts them by
+	// the Ready reason their status shows ("" before the first status).
 	subnets, children int
+	reasons           map[string]int
 	// sweep is set when pending explicit requests must be arbitrated again:
 	// a request arrived, or held space was released.
 	sweep bool
@@ -174,8 +177,9 @@ type Ledger struct {
 	lastRV  map[string]string
 	changed chan struct{}
 
-	listenersMu sync.RWMutex
-	listeners   []func(Event)
+	listenersMu  sync.RWMutex
+	listeners    map[int]func(Event)
+	nextListener int
 
 	// Guarded by freshMu: the arbiter's clock and settle margin.
 	clock        func() time.Time
@@ -189,6 +193,7 @@ type Ledger struct {
 func New() *Ledger {
 	return &Ledger{
 		namespaces:   map[string]*namespace{},
+		listeners:    map[int]func(Event){},
 		lastRV:       map[string]string{},
 		changed:      make(chan struct{}),
 		synced:       func() bool { return false },
@@ -232,7 +237,7 @@ func (l *Ledger) ns(name string, create bool) *namespace {
 func (n *namespace) slot(name string) *slot {
 	s := n.slots[name]
 	if s == nil {
-		s = &slot{name: name, claims: map[ClaimKey]*claim{}, waiting: map[ClaimKey]struct{}{}, collisions: map[ClaimKey]struct{}{}, index: ipspace.NewIndex[ClaimKey]()}
+		s = &slot{name: name, claims: map[ClaimKey]*claim{}, waiting: map[ClaimKey]struct{}{}, collisions: map[ClaimKey]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[ClaimKey]()}
 		n.slots[name] = s
 	}
 	return s
@@ -255,7 +260,7 @@ func subnetFacts(s *ipamv1.Subnet) *claim {
 		prefixLength: -1,
 	}
 	if s.Spec.CIDR != "" {
-		p, err := ipspace.ParseCanonical(s.Spec.CIDR)
+		p, err := ipspace.ParsePrefix(s.Spec.CIDR)
 		c.requested, c.invalidSpec = p, err != nil
 	}
 	if s.Spec.PrefixLength != nil {
@@ -264,7 +269,7 @@ func subnetFacts(s *ipamv1.Subnet) *claim {
 	if ready := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); ready != nil {
 		c.reason = ready.Reason
 		if ready.Status == "True" && s.Status.CIDR != "" {
-			c.held, _ = ipspace.ParseCanonical(s.Status.CIDR)
+			c.held, _ = ipspace.ParsePrefix(s.Status.CIDR)
 		}
 	}
 	return c
@@ -284,8 +289,8 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 		maxLen:     statuscalc.Length(p.Spec.MaxPrefixLength),
 		reserved:   statuscalc.ParseReserved(p.Spec.Reserved),
 	}
-	pl.spec, _ = ipspace.ParseCanonical(p.Spec.CIDR)
-	pl.statusCIDR, _ = ipspace.ParseCanonical(p.Status.CIDR)
+	pl.spec, _ = ipspace.ParsePrefix(p.Spec.CIDR)
+	pl.statusCIDR, _ = ipspace.ParsePrefix(p.Status.CIDR)
 	if p.Spec.ParentRef == "" {
 		return pl, nil
 	}
@@ -320,10 +325,11 @@ func (n *namespace) upsertClaim(next *claim) (released netip.Prefix) {
 		old = nil
 	}
 	if old == nil {
+		next.seen = time.Now()
 		n.claims[next.key] = next
 		s := n.slot(next.pool)
 		s.claims[next.key] = next
-		s.count(next.key, +1)
+		s.count(next.key, next.reason, +1)
 		n.indexClaim(s, next, true)
 		if next.requested.IsValid() && !next.holds().IsValid() {
 			s.sweep = true
@@ -342,6 +348,10 @@ func (n *namespace) upsertClaim(next *claim) (released netip.Prefix) {
 	}
 	requestChanged := old.requested != next.requested
 	old.requested, old.prefixLength, old.invalidSpec = next.requested, next.prefixLength, next.invalidSpec
+	if old.reason != next.reason {
+		s.count(old.key, old.reason, -1)
+		s.count(old.key, next.reason, +1)
+	}
 	old.held, old.reason, old.created = next.held, next.reason, next.created
 	if requestChanged && old.requested.IsValid() {
 		s.sweep = true // a child pool asks for a new range
@@ -360,9 +370,15 @@ func (n *namespace) upsertClaim(next *claim) (released netip.Prefix) {
 	return released
 }
 
-func (s *slot) count(key ClaimKey, delta int) {
+// count adds delta to the slot's counts for a claim of key's kind with the
+// given reason.
+func (s *slot) count(key ClaimKey, reason string, delta int) {
 	if key.Kind() == statuscalc.KindSubnet {
 		s.subnets += delta
+		s.reasons[reason] += delta
+		if s.reasons[reason] == 0 {
+			delete(s.reasons, reason)
+		}
 	} else {
 		s.children += delta
 	}
@@ -387,7 +403,7 @@ func (n *namespace) removeClaim(key ClaimKey) (released netip.Prefix) {
 	s := n.slots[c.pool]
 	n.indexClaim(s, c, false)
 	delete(s.claims, key)
-	s.count(key, -1)
+	s.count(key, c.reason, -1)
 	delete(s.waiting, key)
 	delete(s.collisions, key)
 	if c.placed && s.space != nil {

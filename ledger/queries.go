@@ -3,6 +3,7 @@ package ledger
 import (
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
@@ -213,4 +214,84 @@ func (n *namespace) conflicts(s *slot) []statuscalc.Conflict {
 		}
 	}
 	return out
+}
+
+// Object is a namespaced name the ledger knows.
+type Object struct{ Namespace, Name string }
+
+// Objects returns every Subnet and every pool the ledger knows, for a
+// controller that starts after the informers' initial lists to enqueue
+// them all once.
+func (l *Ledger) Objects() (subnets, pools []Object) {
+	l.mu.RLock()
+	namespaces := make([]*namespace, 0, len(l.namespaces))
+	for _, n := range l.namespaces {
+		namespaces = append(namespaces, n)
+	}
+	l.mu.RUnlock()
+	for _, n := range namespaces {
+		n.mu.RLock()
+		for key := range n.claims {
+			if key.Kind() == statuscalc.KindSubnet {
+				subnets = append(subnets, Object{n.name, key.Name()})
+			}
+		}
+		for name, s := range n.slots {
+			if s.pool != nil {
+				pools = append(pools, Object{n.name, name})
+			}
+		}
+		n.mu.RUnlock()
+	}
+	return subnets, pools
+}
+
+// PoolReport is what the metrics collector reads of a pool at scrape time.
+type PoolReport struct {
+	Object
+	Parent  string
+	Figures statuscalc.Figures
+	// SubnetsByReason counts the pool's Subnets by the Ready reason their
+	// status shows ("" before their first status).
+	SubnetsByReason map[string]int
+}
+
+// Reports calls fn for every pool, in no particular order. Each pool is
+// measured under its namespace's read lock in O(W + c log n).
+func (l *Ledger) Reports(fn func(PoolReport)) {
+	_, pools := l.Objects()
+	for _, p := range pools {
+		f, ok := l.PoolFigures(p.Namespace, p.Name)
+		if !ok {
+			continue
+		}
+		r := PoolReport{Object: p, Figures: f, SubnetsByReason: map[string]int{}}
+		if n := l.ns(p.Namespace, false); n != nil {
+			n.mu.RLock()
+			if s := n.slots[p.Name]; s != nil && s.pool != nil {
+				r.Parent = s.pool.parent
+				for reason, count := range s.reasons {
+					r.SubnetsByReason[reason] = count
+				}
+			}
+			n.mu.RUnlock()
+		}
+		fn(r)
+	}
+}
+
+// Seen returns when the ledger first saw a Subnet, for the allocation
+// latency metric; false if it does not know it.
+func (l *Ledger) Seen(namespace, name string) (time.Time, bool) {
+	n := l.ns(namespace, false)
+	if n == nil {
+		return time.Time{}, false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	c := n.claims[SubnetKey(name)]
+	if c == nil {
+		return time.Time{}, false
+	}
+	return c.seen, true
 }

@@ -29,7 +29,12 @@ func TestConcurrentArbitration(t *testing.T) {
 	)
 	l := New()
 	l.MarkSynced()
-	l.SetSettleMargin(50 * time.Millisecond)
+	// The margin must cover the feeders' time to deliver every claim of the
+	// second (hundreds of milliseconds under the race detector): a claim
+	// that arrives after its second has settled is decided against what
+	// is held by then, as an informer lag beyond the margin would.
+	const margin = time.Second
+	l.SetSettleMargin(margin)
 	l.ApplyPool(rootPool("p", "10.0.0.0/16", 26), Created, nil)
 	// Created "now", all in one second, as simultaneous creates are: the
 	// winner of each group is then its smallest name, member 0, whichever
@@ -113,7 +118,7 @@ func TestConcurrentArbitration(t *testing.T) {
 	}
 	fed.Wait()
 	// Let the claims settle and the workers drain the queue and the writes.
-	time.Sleep(time.Until(now.Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+	time.Sleep(time.Until(now.Truncate(time.Second).Add(time.Second + margin)))
 	for quiet := 0; quiet < 10; {
 		time.Sleep(20 * time.Millisecond)
 		if len(queue) == 0 && len(writes) == 0 {

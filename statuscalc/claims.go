@@ -83,10 +83,10 @@ func FromSubnet(s *ipamv1.Subnet) Claim {
 		Created: s.CreationTimestamp.Time,
 	}
 	if s.Spec.CIDR != "" {
-		c.Requested, _ = ipspace.ParseCanonical(s.Spec.CIDR)
+		c.Requested, _ = ipspace.ParsePrefix(s.Spec.CIDR)
 	}
 	if meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady) && s.Status.CIDR != "" {
-		c.Held, _ = ipspace.ParseCanonical(s.Status.CIDR)
+		c.Held, _ = ipspace.ParsePrefix(s.Status.CIDR)
 	}
 	return c
 }
@@ -98,9 +98,9 @@ func FromChildPool(p *ipamv1.SubnetPool) Claim {
 		Ref:     ClaimRef{Kind: KindSubnetPool, Namespace: p.Namespace, Name: p.Name},
 		Created: p.CreationTimestamp.Time,
 	}
-	c.Requested, _ = ipspace.ParseCanonical(p.Spec.CIDR)
+	c.Requested, _ = ipspace.ParsePrefix(p.Spec.CIDR)
 	if p.Status.CIDR != "" {
-		c.Held, _ = ipspace.ParseCanonical(p.Status.CIDR)
+		c.Held, _ = ipspace.ParsePrefix(p.Status.CIDR)
 	}
 	return c
 }
