@@ -52,6 +52,16 @@ func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 		}
 		s.Labels[ipamv1.LabelPool] = s.Spec.PoolRef
 	}
+	// Mutating webhooks run before the CRD schema: reject malformed input
+	// here, with the validator's own check and message (which says what
+	// to write instead), rather than leave it to the schema's terser CEL
+	// messages, which remain for when the webhooks are bypassed.
+	if operation(ctx) == "CREATE" {
+		if v := validateSubnetSpec(&s.Spec, specPath); len(v.errs) > 0 {
+			_, err := finish(ctx, statuscalc.KindSubnet, subnetGK, objectName(s.Name, s.GenerateName), v, nil)
+			return err
+		}
+	}
 	return nil
 }
 
@@ -87,14 +97,14 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 	if s.Namespace == "" {
 		res.add(reasonMissingNamespace, field.Required(metadataPath.Child("namespace"), "Subnets are namespaced: create it in the namespace of its SubnetPool"))
 	}
-	res.merge(validateSubnetSpec(&s.Spec, specPath))
 	if old != nil {
 		// The claim is immutable once made; status-only and metadata
 		// changes pass. (The CRD's CEL rules say so too, for when this
-		// webhook is bypassed.)
+		// webhook is bypassed.) The spec was validated when it was made.
 		res.merge(validateSubnetUpdate(old, s))
 		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
 	}
+	res.merge(validateSubnetSpec(&s.Spec, specPath))
 	if len(res.errs) > 0 {
 		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
 	}

@@ -262,3 +262,20 @@ func TestAdmissionMetric(t *testing.T) {
 		t.Errorf("denials by overlap %v -> %v", before, after)
 	}
 }
+
+// The mutating webhook runs before the CRD schema, so it rejects a
+// malformed create itself, with the message that says what to write.
+func TestDefaulterRejectsMalformedCreates(t *testing.T) {
+	d := &SubnetDefaulter{Ledger: baseWorld().ledger}
+	err := d.Default(withOp(admissionv1.Create), subnet("x", "p", "10.0.0.1/24"))
+	want := `Subnet.ipam.subnet-operator.io "x" is invalid: spec.cidr: Invalid value: "10.0.0.1/24": host bits set; did you mean "10.0.0.0/24"?`
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+	p := pool("x", "010.0.0.0/8")
+	err = (&SubnetPoolDefaulter{}).Default(withOp(admissionv1.Create), p)
+	want = `SubnetPool.ipam.subnet-operator.io "x" is invalid: spec.cidr: Invalid value: "010.0.0.0/8": leading zeros are not allowed in IPv4 addresses (they are read as octal by some tools); did you mean "10.0.0.0/8"?`
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+}

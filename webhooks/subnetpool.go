@@ -31,14 +31,22 @@ type SubnetPoolDefaulter struct{}
 
 var _ admission.Defaulter[*ipamv1.SubnetPool] = &SubnetPoolDefaulter{}
 
-// Default implements admission.Defaulter.
-func (d *SubnetPoolDefaulter) Default(_ context.Context, p *ipamv1.SubnetPool) error {
+// Default implements admission.Defaulter. Like the Subnet defaulter, it
+// rejects a malformed spec on create before the CRD schema does, with the
+// validator's messages.
+func (d *SubnetPoolDefaulter) Default(ctx context.Context, p *ipamv1.SubnetPool) error {
 	if canonical, err := ipspace.Canonical(p.Spec.CIDR); err == nil {
 		p.Spec.CIDR = canonical
 	}
 	for i, r := range p.Spec.Reserved {
 		if canonical, err := ipspace.Canonical(r); err == nil {
 			p.Spec.Reserved[i] = canonical
+		}
+	}
+	if operation(ctx) == "CREATE" {
+		if v := validatePoolSpec(p.Name, &p.Spec, nil, specPath); len(v.errs) > 0 {
+			_, err := finish(ctx, statuscalc.KindSubnetPool, poolGK, objectName(p.Name, p.GenerateName), v, nil)
+			return err
 		}
 	}
 	return nil
@@ -95,7 +103,11 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if p.Namespace == "" {
 		res.add(reasonMissingNamespace, field.Required(metadataPath.Child("namespace"), "SubnetPools are namespaced"))
 	}
-	res.merge(validatePoolSpec(p.Name, &p.Spec, specPath))
+	var oldSpec *ipamv1.SubnetPoolSpec
+	if old != nil {
+		oldSpec = &old.Spec
+	}
+	res.merge(validatePoolSpec(p.Name, &p.Spec, oldSpec, specPath))
 	if old != nil && old.Spec.ParentRef != p.Spec.ParentRef {
 		res.add(reasonImmutable, field.Invalid(specPath.Child("parentRef"), p.Spec.ParentRef, "is immutable: create a new pool under the other parent"))
 	}
@@ -110,7 +122,10 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if err := v.fresh.await(ctx, p.Namespace, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
 		return internalError(ctx, statuscalc.KindSubnetPool, err)
 	}
-	cidr, _ := ipspace.ParseCanonical(p.Spec.CIDR) // validated above
+	cidr, err := ipspace.ParsePrefix(p.Spec.CIDR) // validated above, or unchanged
+	if err != nil {
+		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
+	}
 	if p.Spec.ParentRef != "" {
 		res.merge(v.validateInParent(p, cidr))
 	}
@@ -175,7 +190,7 @@ func (v *SubnetPoolValidator) validateHoldings(p *ipamv1.SubnetPool, cidr netip.
 			fmt.Sprintf("would leave claims outside the pool: %s; a pool may grow, or shrink only around what it holds", describe(p.Namespace, found, total))))
 	}
 	for i, r := range p.Spec.Reserved {
-		rp, err := ipspace.ParseCanonical(r)
+		rp, err := ipspace.ParsePrefix(r)
 		if err != nil {
 			continue // reported by validatePoolSpec
 		}

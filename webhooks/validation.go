@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -161,19 +162,28 @@ func validateSubnetInPool(spec *ipamv1.SubnetSpec, pool ledger.PoolView, namespa
 	return v
 }
 
-// validatePoolSpec checks what a pool's spec says on its own.
-func validatePoolSpec(name string, spec *ipamv1.SubnetPoolSpec, path *field.Path) verdict {
+// validatePoolSpec checks what a pool's spec says on its own. On update
+// (old not nil), CIDR text that did not change is not judged again, so an
+// object stored while the webhook was bypassed can still be updated.
+func validatePoolSpec(name string, spec, old *ipamv1.SubnetPoolSpec, path *field.Path) verdict {
 	var v verdict
-	cidr, err := validateCIDR(spec.CIDR, path.Child("cidr"))
-	if err != nil {
+	var cidr netip.Prefix
+	if old != nil && spec.CIDR == old.CIDR {
+		cidr, _ = ipspace.ParsePrefix(spec.CIDR)
+	} else if p, err := validateCIDR(spec.CIDR, path.Child("cidr")); err != nil {
 		v.add(reasonInvalidCIDR, err)
+	} else {
+		cidr = p
 	}
 	if spec.ParentRef != "" && spec.ParentRef == name {
 		v.add(reasonCycle, field.Invalid(path.Child("parentRef"), spec.ParentRef, "must not name the pool itself"))
 	}
 	for i, r := range spec.Reserved {
-		rp, err := validateCIDR(r, path.Child("reserved").Index(i))
-		if err != nil {
+		var rp netip.Prefix
+		var err *field.Error
+		if old != nil && slices.Contains(old.Reserved, r) {
+			rp, _ = ipspace.ParsePrefix(r)
+		} else if rp, err = validateCIDR(r, path.Child("reserved").Index(i)); err != nil {
 			v.add(reasonInvalidCIDR, err)
 			continue
 		}
