@@ -1,0 +1,200 @@
+// Command manager runs subnet-operator: the admission webhooks on every
+// replica, the controllers on the leader. This file is wiring only; see
+// docs/architecture.md for what each part does.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/reconcilers"
+	"github.com/subnet-operator/subnet-operator/webhooks"
+)
+
+type flags struct {
+	metricsAddr, probeAddr                          string
+	secureMetrics, enableHTTP2                      bool
+	metricsCertDir, metricsCertName, metricsKeyName string
+	webhookHost                                     string
+	webhookPort                                     int
+	webhookCertDir, webhookCertName, webhookKeyName string
+	leaderElect                                     bool
+	leaderElectionID, leaderElectionNS              string
+	leaseDuration, renewDeadline, retryPeriod       time.Duration
+	qps                                             float64
+	burst                                           int
+	subnetWorkers, poolWorkers                      int
+	reconcileTimeout                                time.Duration
+	settleMargin, freshnessTimeout                  time.Duration
+}
+
+func parseFlags() (flags, zap.Options) {
+	var f flags
+	flag.StringVar(&f.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint; \"0\" turns it off.")
+	flag.BoolVar(&f.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, to clients the API server authenticates and authorizes (get on /metrics).")
+	flag.StringVar(&f.metricsCertDir, "metrics-cert-dir", "", "Directory of the metrics server's certificate; empty: a self-signed one is generated.")
+	flag.StringVar(&f.metricsCertName, "metrics-cert-name", "tls.crt", "Certificate file name in --metrics-cert-dir.")
+	flag.StringVar(&f.metricsKeyName, "metrics-key-name", "tls.key", "Key file name in --metrics-cert-dir.")
+	flag.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
+	flag.StringVar(&f.webhookHost, "webhook-host", "", "Address the webhook server binds to; empty: all interfaces.")
+	flag.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
+	flag.StringVar(&f.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the webhook's serving certificate; rotated files are picked up without restart.")
+	flag.StringVar(&f.webhookCertName, "webhook-cert-name", "tls.crt", "Certificate file name in --webhook-cert-dir.")
+	flag.StringVar(&f.webhookKeyName, "webhook-key-name", "tls.key", "Key file name in --webhook-cert-dir.")
+	flag.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve HTTP/2 on the webhook and metrics servers (off: HTTP/2 rapid reset and stream cancellation CVEs).")
+	flag.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader among replicas; only the leader runs the controllers. Turn on with more than one replica.")
+	flag.StringVar(&f.leaderElectionID, "leader-election-id", "subnet-operator.ipam.subnet-operator.io", "Name of the leader election Lease.")
+	flag.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "Namespace of the Lease; empty: the namespace the manager runs in.")
+	flag.DurationVar(&f.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a non-leader waits before taking over an unrenewed lease.")
+	flag.DurationVar(&f.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leadership (and exits).")
+	flag.DurationVar(&f.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often leader election retries.")
+	flag.Float64Var(&f.qps, "kube-api-qps", 50, "Requests per second to the API server (client-side limit).")
+	flag.IntVar(&f.burst, "kube-api-burst", 100, "Burst of requests to the API server.")
+	flag.IntVar(&f.subnetWorkers, "subnet-workers", 10, "Concurrent Subnet reconciles. Decisions are serial per namespace (the ledger's lock); workers overlap the status writes.")
+	flag.IntVar(&f.poolWorkers, "pool-workers", 5, "Concurrent pool status reconciles.")
+	flag.DurationVar(&f.reconcileTimeout, "reconcile-timeout", 90*time.Second, "Bound on one reconcile.")
+	flag.DurationVar(&f.settleMargin, "settle-margin", ledger.DefaultSettleMargin, "How long after an explicit claim's creation second ends the arbiter waits for other claims of that second.")
+	flag.DurationVar(&f.freshnessTimeout, "admission-freshness-timeout", 2*time.Second, "Bound on how long an admission waits for this replica's view to catch up with the API server.")
+	opts := zap.Options{Development: false}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	return f, opts
+}
+
+func main() {
+	f, zapOpts := parseFlags()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+	if err := run(ctrl.SetupSignalHandler(), f); err != nil {
+		log.Error(err, "Manager stopped")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f flags) error {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(ipamv1.AddToScheme(scheme))
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
+
+	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
+	if !f.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{
+		BindAddress:   f.metricsAddr,
+		SecureServing: f.secureMetrics,
+		TLSOpts:       tlsOpts,
+		CertDir:       f.metricsCertDir,
+		CertName:      f.metricsCertName,
+		KeyName:       f.metricsKeyName,
+	}
+	if f.secureMetrics {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsOpts,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: f.webhookHost, Port: f.webhookPort,
+			CertDir: f.webhookCertDir, CertName: f.webhookCertName, KeyName: f.webhookKeyName,
+			TLSOpts: tlsOpts,
+		}),
+		HealthProbeBindAddress:        f.probeAddr,
+		LeaderElection:                f.leaderElect,
+		LeaderElectionID:              f.leaderElectionID,
+		LeaderElectionNamespace:       f.leaderElectionNS,
+		LeaderElectionReleaseOnCancel: true, // the process exits right after: hand over at once
+		LeaseDuration:                 &f.leaseDuration,
+		RenewDeadline:                 &f.renewDeadline,
+		RetryPeriod:                   &f.retryPeriod,
+		// The cache holds only what the manager reads: the ledger creates
+		// the Subnet and SubnetPool informers, and a read of any other kind
+		// fails instead of quietly starting a cluster-wide informer (no
+		// Secrets, no Events; the Lease has its own client).
+		// managedFields are stripped: they are most of an object's size.
+		Cache: cache.Options{
+			ReaderFailOnMissingInformer: true,
+			DefaultTransform:            cache.TransformStripManagedFields(),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	if err := reconcilers.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("registering field indexes: %w", err)
+	}
+	l := ledger.New()
+	l.SetSettleMargin(f.settleMargin)
+	if err := l.Feed(ctx, mgr.GetCache()); err != nil {
+		return fmt.Errorf("feeding the ledger: %w", err)
+	}
+	if err := webhooks.Setup(mgr, l, mgr.GetAPIReader(), webhooks.Options{FreshnessTimeout: f.freshnessTimeout}); err != nil {
+		return err
+	}
+	common := reconcilers.Options{Timeout: f.reconcileTimeout}
+	if err := (&reconcilers.SubnetReconciler{
+		Client: mgr.GetClient(), Ledger: l, Recorder: mgr.GetEventRecorder("subnet-operator"),
+		Options: withWorkers(common, f.subnetWorkers),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("subnet controller: %w", err)
+	}
+	if err := (&reconcilers.PoolStatusReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l, Recorder: mgr.GetEventRecorder("subnet-operator"),
+		Options: withWorkers(common, f.poolWorkers),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("subnetpool controller: %w", err)
+	}
+
+	// Live while the process serves; ready once the webhook server listens
+	// and the ledger holds the informers' initial lists (so an admission
+	// answer is never made from an empty view).
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ledger", func(*http.Request) error {
+		if !l.Synced() {
+			return errors.New("the ledger has not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	ctrl.Log.WithName("setup").Info("Starting manager", "leaderElection", f.leaderElect, "webhookPort", f.webhookPort)
+	return mgr.Start(ctx)
+}
+
+func withWorkers(o reconcilers.Options, workers int) reconcilers.Options {
+	o.Workers = workers
+	return o
+}

@@ -1,0 +1,138 @@
+package reconcilers
+
+import (
+	"math/big"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// The seed design's parent-requeue metrics (§12.1), under their names.
+var (
+	parentRequeues = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "subnetpool_parent_requeue_total",
+		Help: "Requeues of a parent pool caused by a Subnet or child pool event, by event type (create, update, delete).",
+	}, []string{"event_type"})
+	parentReconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "subnetpool_parent_reconcile_duration_seconds",
+		Help:    "Duration of pool status reconciles, by result (success, error).",
+		Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
+	}, []string{"result"})
+	parentReconcileInflight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "subnetpool_parent_reconcile_inflight",
+		Help: "Pool status reconciles in progress.",
+	})
+)
+
+// Allocation metrics.
+var (
+	allocationDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "subnet_operator_allocation_duration_seconds",
+		Help:    "Time from the operator first seeing a Subnet to its Ready status being written, by kind of claim (explicit, dynamic).",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+	}, []string{"claim"})
+	arbitrationConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "subnet_operator_arbitration_conflicts_total",
+		Help: "Claims the arbiter declared losers (Ready=False, reason Overlaps).",
+	})
+	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "subnet_operator_status_writes_total",
+		Help: "Status writes to the API server, by kind and result (success, conflict, error).",
+	}, []string{"kind", "result"})
+)
+
+// lastStatus remembers when each pool's status was last written, for
+// subnetpool_parent_status_last_timestamp_seconds. The collector reports
+// only pools the ledger still knows, so a deleted pool leaves no series.
+var lastStatus sync.Map // ledger.Object -> time.Time
+
+func noteStatusWritten(o ledger.Object) { lastStatus.Store(o, time.Now()) }
+
+// poolCollector reports every pool's figures at scrape time from the
+// ledger: no gauge to keep in sync, no stale series after a pool goes.
+// Label cardinality is one series per pool (and per Subnet state), never
+// per address.
+type poolCollector struct {
+	ledger *ledger.Ledger
+}
+
+var (
+	poolLabels         = []string{"namespace", "pool"}
+	descCapacity       = prometheus.NewDesc("subnet_operator_pool_capacity_addresses", "Addresses in the range a pool serves.", poolLabels, nil)
+	descAllocated      = prometheus.NewDesc("subnet_operator_pool_allocated_addresses", "Addresses held by a pool's Ready Subnets and child pools.", poolLabels, nil)
+	descReserved       = prometheus.NewDesc("subnet_operator_pool_reserved_addresses", "Addresses in a pool's reserved ranges.", poolLabels, nil)
+	descFree           = prometheus.NewDesc("subnet_operator_pool_free_addresses", "Addresses of a pool neither held nor reserved.", poolLabels, nil)
+	descUtilization    = prometheus.NewDesc("subnet_operator_pool_utilization_ratio", "Allocated addresses over allocatable addresses (capacity minus reserved), 0 to 1.", poolLabels, nil)
+	descLargestFree    = prometheus.NewDesc("subnet_operator_pool_largest_free_prefix_length", "Prefix length of a pool's largest free block (smaller is larger); absent when the pool is full.", poolLabels, nil)
+	descAllocatable    = prometheus.NewDesc("subnet_operator_pool_allocatable_blocks", "Blocks of the pool's defaultPrefixLength that can still be allocated, given fragmentation.", poolLabels, nil)
+	descOverlapping    = prometheus.NewDesc("subnet_operator_pool_overlapping_claims", "Claims of a pool that lose to an overlapping claim.", poolLabels, nil)
+	descChildren       = prometheus.NewDesc("subnet_operator_pool_child_pools", "Child pools of a pool.", poolLabels, nil)
+	descSubnets        = prometheus.NewDesc("subnet_operator_pool_subnets", "Subnets of a pool by the Ready reason of their status (Pending before the first status).", append(poolLabels, "reason"), nil)
+	descPoolInfo       = prometheus.NewDesc("subnet_operator_pool_info", "Always 1; its parent label joins child pools to their parent in dashboards.", append(poolLabels, "parent"), nil)
+	descLastStatusTime = prometheus.NewDesc("subnetpool_parent_status_last_timestamp_seconds", "When the controller last wrote a pool's status, in Unix seconds.", []string{"ns", "name"}, nil)
+)
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCapacity, descAllocated, descReserved, descFree, descUtilization, descLargestFree,
+		descAllocatable, descOverlapping, descChildren, descSubnets, descPoolInfo, descLastStatusTime} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	c.ledger.Reports(func(r ledger.PoolReport) {
+		labels := []string{r.Namespace, r.Name}
+		gauge := func(d *prometheus.Desc, v float64, extra ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(labels, extra...)...)
+		}
+		gauge(descPoolInfo, 1, r.Parent)
+		gauge(descOverlapping, float64(len(r.Figures.Conflicts)))
+		gauge(descChildren, float64(r.Figures.ChildPools))
+		for reason, count := range r.SubnetsByReason {
+			if reason == "" {
+				reason = "Pending"
+			}
+			gauge(descSubnets, float64(count), reason)
+		}
+		if t, ok := lastStatus.Load(r.Object); ok {
+			ch <- prometheus.MustNewConstMetric(descLastStatusTime, prometheus.GaugeValue, float64(t.(time.Time).Unix()), r.Namespace, r.Name)
+		}
+		if !r.Figures.Serving.IsValid() {
+			return
+		}
+		u := r.Figures.Usage
+		toFloat := func(x *big.Int) float64 { f, _ := new(big.Float).SetInt(x).Float64(); return f }
+		gauge(descCapacity, toFloat(u.Capacity))
+		gauge(descAllocated, toFloat(u.Held))
+		gauge(descReserved, toFloat(u.Reserved))
+		gauge(descFree, toFloat(u.Free))
+		allocatable := new(big.Int).Sub(u.Capacity, u.Reserved)
+		gauge(descUtilization, statuscalc.Ratio(u.Held, allocatable))
+		if u.LargestFree.IsValid() {
+			gauge(descLargestFree, float64(u.LargestFree.Bits()))
+		}
+		if r.Figures.Allocatable != nil {
+			gauge(descAllocatable, toFloat(r.Figures.Allocatable))
+		}
+	})
+}
+
+// forgetPool drops what the metrics remember of a deleted pool.
+func forgetPool(o ledger.Object) { lastStatus.Delete(o) }
+
+var registerOnce sync.Once
+
+// registerMetrics registers the controllers' metrics and the pool collector
+// with controller-runtime's registry (served on the manager's metrics
+// endpoint).
+func registerMetrics(l *ledger.Ledger) {
+	registerOnce.Do(func() {
+		metrics.Registry.MustRegister(parentRequeues, parentReconcileDuration, parentReconcileInflight,
+			allocationDuration, arbitrationConflicts, statusWrites, &poolCollector{ledger: l})
+	})
+}

@@ -1,0 +1,193 @@
+package reconcilers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools/finalizers,verbs=update
+
+// PoolStatusReconciler owns everything a pool shows: the finalizer that
+// keeps a pool in use, the range it serves (for a child pool, the parent's
+// grant, decided by the ledger), and its figures and conditions, computed
+// by statuscalc from the ledger's maintained free-space map. It writes
+// status once per reconcile and only when it changed.
+type PoolStatusReconciler struct {
+	Client client.Client
+	// APIReader reads around the cache on a write conflict.
+	APIReader client.Reader
+	Ledger    *ledger.Ledger
+	Recorder  recorder.EventRecorder
+	Options
+}
+
+// SetupWithManager registers the controller.
+func (r *PoolStatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil || r.APIReader == nil || r.Ledger == nil || r.Recorder == nil {
+		return errors.New("PoolStatusReconciler needs a client, an API reader, a ledger and an event recorder")
+	}
+	registerMetrics(r.Ledger)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("subnetpool").
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: r.Workers,
+			RateLimiter:             rateLimiter(),
+			ReconciliationTimeout:   r.Timeout,
+		}).
+		WatchesRawSource(&ledgerSource{ledger: r.Ledger, mapEvent: poolEvents, initial: func() []reconcile.Request {
+			_, pools := r.Ledger.Objects()
+			out := make([]reconcile.Request, len(pools))
+			for i, p := range pools {
+				out[i] = request(p.Namespace, p.Name)
+			}
+			return out
+		}}).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
+	start := time.Now()
+	parentReconcileInflight.Inc()
+	defer func() {
+		parentReconcileInflight.Dec()
+		result := "success"
+		if err != nil {
+			result = "error"
+		}
+		parentReconcileDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	}()
+
+	var p ipamv1.SubnetPool
+	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			forgetPool(ledger.Object{Namespace: req.Namespace, Name: req.Name})
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if done, err := r.reconcileFinalizer(ctx, &p); done || err != nil {
+		return reconcile.Result{}, err
+	}
+
+	d, known := r.Ledger.DecidePool(p.Namespace, p.Name)
+	if !known {
+		return reconcile.Result{}, nil // the ledger's event for it will requeue it
+	}
+	figures, _ := r.Ledger.PoolFigures(p.Namespace, p.Name)
+	readiness := statuscalc.Readiness{Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message}
+	if d.Ready() {
+		readiness.Status = metav1.ConditionTrue
+	}
+	if err := r.writeStatus(ctx, &p, figures, readiness); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: d.RetryAfter}, nil
+}
+
+// reconcileFinalizer adds the pool-protection finalizer, or removes it from
+// a pool being deleted once nothing uses it. done means the reconcile is
+// over (the finalizer was removed, the pool is about to go).
+func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1.SubnetPool) (done bool, err error) {
+	if p.DeletionTimestamp == nil {
+		if controllerutil.ContainsFinalizer(p, ipamv1.FinalizerPoolProtection) {
+			return false, nil
+		}
+		before := p.DeepCopy()
+		controllerutil.AddFinalizer(p, ipamv1.FinalizerPoolProtection)
+		return false, r.Client.Patch(ctx, p, client.MergeFrom(before))
+	}
+	if !controllerutil.ContainsFinalizer(p, ipamv1.FinalizerPoolProtection) {
+		return true, nil
+	}
+	if _, subnets, children := r.Ledger.Users(p.Namespace, p.Name, 0); subnets+children > 0 {
+		return false, nil // Terminating: the status says what it waits for
+	}
+	// The ledger says nothing uses it; confirm with the cache's indexes
+	// before the irreversible step.
+	var subnets ipamv1.SubnetList
+	if err := r.Client.List(ctx, &subnets, client.InNamespace(p.Namespace), client.MatchingFields{IndexSubnetPoolRef: p.Name}, client.Limit(1)); err != nil {
+		return false, err
+	}
+	var children ipamv1.SubnetPoolList
+	if err := r.Client.List(ctx, &children, client.InNamespace(p.Namespace), client.MatchingFields{IndexPoolParentRef: p.Name}, client.Limit(1)); err != nil {
+		return false, err
+	}
+	if len(subnets.Items)+len(children.Items) > 0 {
+		return false, fmt.Errorf("the ledger and the cache disagree on the users of SubnetPool %s/%s; retrying", p.Namespace, p.Name)
+	}
+	before := p.DeepCopy()
+	controllerutil.RemoveFinalizer(p, ipamv1.FinalizerPoolProtection)
+	logf.FromContext(ctx).Info("SubnetPool no longer in use; releasing it", "subnetpool", client.ObjectKeyFromObject(p))
+	return true, client.IgnoreNotFound(r.Client.Patch(ctx, p, client.MergeFrom(before)))
+}
+
+// writeStatus computes the status and patches it if it changed, retrying
+// on conflict from a fresh read: another client may write the status too,
+// and the controller converges on what the ledger says.
+func (r *PoolStatusReconciler) writeStatus(ctx context.Context, p *ipamv1.SubnetPool, figures statuscalc.Figures, readiness statuscalc.Readiness) error {
+	current := p
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		status := statuscalc.Status(current, figures, readiness)
+		if equality.Semantic.DeepEqual(current.Status, status) {
+			return nil
+		}
+		before := current.DeepCopy()
+		current.Status = status
+		err := r.Client.Status().Patch(ctx, current, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil:
+			statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "success").Inc()
+			noteStatusWritten(ledger.Object{Namespace: current.Namespace, Name: current.Name})
+			r.recordTransitions(before, current)
+			return nil
+		case apierrors.IsConflict(err):
+			statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "conflict").Inc()
+			fresh := &ipamv1.SubnetPool{}
+			if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(current), fresh); getErr != nil {
+				return getErr
+			}
+			current = fresh
+			return err
+		default:
+			statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "error").Inc()
+			return client.IgnoreNotFound(err)
+		}
+	})
+}
+
+// recordTransitions emits events when a pool becomes exhausted or starts
+// to have overlapping claims.
+func (r *PoolStatusReconciler) recordTransitions(before, after *ipamv1.SubnetPool) {
+	became := func(typ string) (*metav1.Condition, bool) {
+		now := meta.FindStatusCondition(after.Status.Conditions, typ)
+		return now, now != nil && now.Status == metav1.ConditionTrue && !meta.IsStatusConditionTrue(before.Status.Conditions, typ)
+	}
+	if c, ok := became(ipamv1.ConditionExhausted); ok {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "PoolExhausted", "Measure", "%s", c.Message)
+	}
+	if c, ok := became(ipamv1.ConditionOverlapping); ok {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "ClaimsOverlap", "Arbitrate", "%s", c.Message)
+	}
+}

@@ -1,0 +1,186 @@
+package reconcilers
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// ledgerSource feeds a controller's queue from the ledger's events through
+// a mapper. The controllers take their events from the ledger rather than
+// from their own informer handlers because the ledger publishes an event
+// only after its state includes it: a reconcile never decides on a ledger
+// older than the event that triggered it. (Handlers of one informer run in
+// no defined order relative to each other.)
+type ledgerSource struct {
+	ledger *ledger.Ledger
+	// mapEvent returns the requests an event calls for.
+	mapEvent func(ledger.Event) []reconcile.Request
+	// initial returns the requests to enqueue once at start: the events
+	// published before the controller started (it starts on the leader,
+	// after the informers' initial lists) are not replayed.
+	initial func() []reconcile.Request
+}
+
+var _ source.SyncingSource = &ledgerSource{}
+
+// Start subscribes to the ledger and enqueues the initial requests.
+func (s *ledgerSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	unsubscribe := s.ledger.Subscribe(func(e ledger.Event) {
+		for _, r := range s.mapEvent(e) {
+			q.Add(r)
+		}
+	})
+	go func() {
+		<-ctx.Done()
+		unsubscribe()
+	}()
+	go func() {
+		// After the ledger's initial sync, which WaitForSync also awaits.
+		if s.ledger.WaitForSync(ctx) != nil {
+			return
+		}
+		for _, r := range s.initial() {
+			q.Add(r)
+		}
+	}()
+	return nil
+}
+
+// WaitForSync holds the controller's workers until the ledger has the
+// informers' initial lists: the arbiter decides only on a restored view.
+func (s *ledgerSource) WaitForSync(ctx context.Context) error {
+	return s.ledger.WaitForSync(ctx)
+}
+
+func request(namespace, name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}
+}
+
+// wakeRequests turns an event's Wake list into requests for claims of kind.
+func wakeRequests(e ledger.Event, kind string) []reconcile.Request {
+	var out []reconcile.Request
+	for _, k := range e.Wake {
+		if k.Kind() == kind {
+			out = append(out, request(e.Namespace, k.Name()))
+		}
+	}
+	return out
+}
+
+// unwrapObject returns the object of an informer event, which on delete may
+// be a tombstone (cache.DeletedFinalStateUnknown) when the watch missed the
+// deletion.
+func unwrapObject[T any](obj any) (T, bool) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
+}
+
+// subnetToPool is the parent-requeue mapper of the seed design (§9): a
+// Subnet's create, update or delete requeues the pool it claims from,
+// always with the Subnet's namespace. It returns nothing for a Subnet
+// without a poolRef (only possible with the schema bypassed) and handles
+// tombstones.
+func subnetToPool(obj any) []reconcile.Request {
+	s, ok := unwrapObject[*ipamv1.Subnet](obj)
+	if !ok || s == nil || s.Spec.PoolRef == "" || s.Namespace == "" {
+		return nil
+	}
+	return []reconcile.Request{request(s.Namespace, s.Spec.PoolRef)}
+}
+
+// childToParent requeues the parent of a child pool.
+func childToParent(obj any) []reconcile.Request {
+	p, ok := unwrapObject[*ipamv1.SubnetPool](obj)
+	if !ok || p == nil || p.Spec.ParentRef == "" || p.Namespace == "" {
+		return nil
+	}
+	return []reconcile.Request{request(p.Namespace, p.Spec.ParentRef)}
+}
+
+// subnetEvents maps ledger events to the SubnetReconciler's requests: every
+// Subnet that was created or changed, and every Subnet the ledger woke.
+func subnetEvents(e ledger.Event) []reconcile.Request {
+	out := wakeRequests(e, statuscalc.KindSubnet)
+	if e.Kind == statuscalc.KindSubnet && e.Type != ledger.Deleted {
+		out = append(out, request(e.Namespace, e.Name))
+	}
+	return out
+}
+
+// poolEvents maps ledger events to the PoolStatusReconciler's requests, the
+// trigger events of the seed design (§10):
+//  1. Subnet create/update/delete: its pool (subnetToPool), counted by
+//     event type; an update that moved the Subnet (schema bypassed) also
+//     requeues the old pool;
+//  2. a child pool deleted: its parent;
+//  3. a child pool's spec, or the range its parent granted, changed: its
+//     parent;
+//  4. a pool's own spec changed (generation), it was created, is being
+//     deleted, or its finalizers changed: the pool itself;
+//  5. the external trigger: the ipam.subnet-operator.io/recompute
+//     annotation changed: the pool itself;
+//  6. a reconcile error: the controller's rate limiter requeues it.
+//
+// Status-only updates of a pool (our own writes) requeue nothing, which is
+// what the seed's generation predicate is for. Child pools the ledger woke
+// (their parent changed under them) are requeued too.
+func poolEvents(e ledger.Event) []reconcile.Request {
+	out := wakeRequests(e, statuscalc.KindSubnetPool)
+	switch e.Kind {
+	case statuscalc.KindSubnet:
+		reqs := subnetToPool(e.Object)
+		if e.Type == ledger.Updated {
+			if old := subnetToPool(e.OldObject); len(old) == 1 && (len(reqs) == 0 || old[0] != reqs[0]) {
+				reqs = append(reqs, old...)
+			}
+		}
+		parentRequeues.WithLabelValues(string(e.Type)).Add(float64(len(reqs)))
+		out = append(out, reqs...)
+	case statuscalc.KindSubnetPool:
+		if e.Type != ledger.Updated || poolChanged(e.OldObject, e.Object) {
+			out = append(out, request(e.Namespace, e.Name))
+		}
+		if e.Type != ledger.Updated || childChanged(e.OldObject, e.Object) {
+			parents := childToParent(e.Object)
+			parentRequeues.WithLabelValues(string(e.Type)).Add(float64(len(parents)))
+			out = append(out, parents...)
+		}
+	}
+	return out
+}
+
+// poolChanged reports whether an update of a pool needs its own reconcile.
+func poolChanged(oldObj, newObj any) bool {
+	old, ok1 := oldObj.(*ipamv1.SubnetPool)
+	p, ok2 := newObj.(*ipamv1.SubnetPool)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return old.Generation != p.Generation ||
+		old.Annotations[ipamv1.AnnotationRecompute] != p.Annotations[ipamv1.AnnotationRecompute] ||
+		!old.DeletionTimestamp.Equal(p.DeletionTimestamp) ||
+		len(old.Finalizers) != len(p.Finalizers)
+}
+
+// childChanged reports whether an update of a child pool changes what its
+// parent reports: its requested range (spec) or its granted range (status).
+func childChanged(oldObj, newObj any) bool {
+	old, ok1 := oldObj.(*ipamv1.SubnetPool)
+	p, ok2 := newObj.(*ipamv1.SubnetPool)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return old.Generation != p.Generation || old.Status.CIDR != p.Status.CIDR || !old.DeletionTimestamp.Equal(p.DeletionTimestamp)
+}

@@ -1,0 +1,178 @@
+// Package reconcilers holds the controllers: SubnetReconciler allocates and
+// arbitrates claims, PoolStatusReconciler keeps pool status, finalizers and
+// child-pool grants. Both run on the leader and take their events from the
+// ledger (see sources.go), which also makes their decisions (ledger package).
+package reconcilers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ipspace"
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Options are the knobs both controllers share.
+type Options struct {
+	// Workers is the number of concurrent reconciles.
+	Workers int
+	// Timeout bounds one reconcile (the seed design's 90 s guard).
+	Timeout time.Duration
+}
+
+// rateLimiter is the seed design's (§11): per-item exponential back-off
+// from 50 ms to 30 s on consecutive failures, forgotten on success, under an
+// overall token bucket of 10 per second with a burst of 100. It applies to
+// retries only; events enqueue at once and the queue coalesces duplicates.
+func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](50*time.Millisecond, 30*time.Second),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
+// SubnetReconciler writes the arbiter's decision for each Subnet into its
+// status: Ready with the allocated or confirmed range, or not Ready and why
+// (PoolNotFound, PoolNotReady, Overlaps naming the winner, PoolExhausted,
+// OutOfRange). The decision itself is the ledger's (DecideSubnet), made under
+// the namespace's lock; many workers can therefore write statuses in
+// parallel while decisions stay serial per pool tree.
+type SubnetReconciler struct {
+	Client   client.Client
+	Ledger   *ledger.Ledger
+	Recorder recorder.EventRecorder
+	Options
+}
+
+// SetupWithManager registers the controller.
+func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil || r.Ledger == nil || r.Recorder == nil {
+		return errors.New("SubnetReconciler needs a client, a ledger and an event recorder")
+	}
+	registerMetrics(r.Ledger)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("subnet").
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: r.Workers,
+			RateLimiter:             rateLimiter(),
+			ReconciliationTimeout:   r.Timeout,
+		}).
+		WatchesRawSource(&ledgerSource{ledger: r.Ledger, mapEvent: subnetEvents, initial: func() []reconcile.Request {
+			subnets, _ := r.Ledger.Objects()
+			out := make([]reconcile.Request, len(subnets))
+			for i, s := range subnets {
+				out[i] = request(s.Namespace, s.Name)
+			}
+			return out
+		}}).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *SubnetReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var s ipamv1.Subnet
+	if err := r.Client.Get(ctx, req.NamespacedName, &s); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if s.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil // being deleted: its range returns when it is gone
+	}
+	d, known := r.Ledger.DecideSubnet(s.Namespace, s.Name)
+	if !known {
+		// The cache has it and the ledger not yet: the ledger's event for it
+		// will requeue it.
+		return reconcile.Result{}, nil
+	}
+	if d.Reason == ipamv1.ReasonPending && s.Status.CIDR == "" && meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady) == nil {
+		// Settling: write nothing yet, look again when it has settled.
+		return reconcile.Result{RequeueAfter: d.RetryAfter}, nil
+	}
+
+	status := desiredSubnetStatus(&s, d)
+	if equality.Semantic.DeepEqual(s.Status, status) {
+		return reconcile.Result{RequeueAfter: d.RetryAfter}, nil
+	}
+	before := s.DeepCopy()
+	s.Status = status
+	// A merge patch of status only, without a resourceVersion precondition:
+	// the leader is the only writer of Subnet status, and a precondition
+	// would only fail on unrelated metadata changes.
+	if err := r.Client.Status().Patch(ctx, &s, client.MergeFrom(before)); err != nil {
+		statusWrites.WithLabelValues(statuscalc.KindSubnet, "error").Inc()
+		if d.Assumed && (apierrors.IsNotFound(err) || apierrors.IsInvalid(err)) {
+			// The grant can never be written: release it. Other errors
+			// (timeouts) keep it assumed, since the write may have landed;
+			// the retry writes the same range again.
+			r.Ledger.Forget(s.Namespace, ledger.SubnetKey(s.Name), d.CIDR)
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	statusWrites.WithLabelValues(statuscalc.KindSubnet, "success").Inc()
+	r.recordTransition(ctx, before, &s, d)
+	return reconcile.Result{RequeueAfter: d.RetryAfter}, nil
+}
+
+// desiredSubnetStatus turns a decision into the Subnet's status. The range
+// is shown only while Ready, and a Ready range never changes.
+func desiredSubnetStatus(s *ipamv1.Subnet, d ledger.Decision) ipamv1.SubnetStatus {
+	status := *s.Status.DeepCopy()
+	status.ObservedGeneration = s.Generation
+	ready := metav1.Condition{Type: ipamv1.ConditionReady, Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message, ObservedGeneration: s.Generation}
+	if d.Ready() {
+		ready.Status = metav1.ConditionTrue
+		status.CIDR = d.CIDR.String()
+		status.Addresses = ipspace.AddressCount(d.CIDR).String()
+	} else {
+		status.CIDR, status.Addresses = "", ""
+	}
+	meta.SetStatusCondition(&status.Conditions, ready)
+	return status
+}
+
+// recordTransition emits an event and metrics when the Ready reason changed.
+func (r *SubnetReconciler) recordTransition(ctx context.Context, before, after *ipamv1.Subnet, d ledger.Decision) {
+	was := meta.FindStatusCondition(before.Status.Conditions, ipamv1.ConditionReady)
+	if was != nil && was.Reason == d.Reason {
+		return
+	}
+	log := logf.FromContext(ctx)
+	switch d.Reason {
+	case ipamv1.ReasonAllocated:
+		claim := "dynamic"
+		if after.Spec.CIDR != "" {
+			claim = "explicit"
+		}
+		if seen, ok := r.Ledger.Seen(after.Namespace, after.Name); ok {
+			allocationDuration.WithLabelValues(claim).Observe(time.Since(seen).Seconds())
+		}
+		log.V(1).Info("Subnet allocated", "subnet", client.ObjectKeyFromObject(after), "cidr", d.CIDR)
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, ipamv1.ReasonAllocated, "Allocate", "Holds %s", d.CIDR)
+	case ipamv1.ReasonOverlaps:
+		arbitrationConflicts.Inc()
+		log.Info("Subnet lost arbitration", "subnet", client.ObjectKeyFromObject(after), "winner", string(d.Winner))
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, d.Reason, "Arbitrate", "%s", d.Message)
+	case ipamv1.ReasonPoolExhausted, ipamv1.ReasonOutOfRange, ipamv1.ReasonInvalidSpec:
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, d.Reason, "Allocate", "%s", d.Message)
+	}
+}
