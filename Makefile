@@ -36,8 +36,9 @@ generate: ## Generate DeepCopy methods for the API types.
 	$(CONTROLLER_GEN) object paths="./api/..."
 
 .PHONY: manifests
-manifests: ## Generate the CRDs (config/crd/bases).
+manifests: ## Generate the CRDs, the manager's RBAC role and the webhook configurations.
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role webhook paths="./..." output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: fmt
 fmt: ## Run gofmt on the tree.
@@ -50,8 +51,12 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (config: .golangci.yml).
 ##@ Build
 
 .PHONY: build
-build: ## Build the packages.
-	go build ./...
+build: ## Build the manager into bin/manager.
+	go build -o $(LOCALBIN)/manager ./cmd/manager
+
+.PHONY: dev
+dev: tools build ## Run a local control plane with cert-manager, the operator and the samples (Ctrl-C stops it).
+	KUBEBUILDER_ASSETS=$(ASSETS) go run ./hack/dev --dir .dev --manager $(LOCALBIN)/manager
 
 ##@ Test
 
