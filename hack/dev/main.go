@@ -1,0 +1,153 @@
+// Command dev is `make dev`: a live control plane on 127.0.0.1 with
+// cert-manager, the operator and the samples, in the foreground until
+// Ctrl-C. State and logs go to .dev/; a run that crashed is cleaned up by the
+// next one.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/subnet-operator/subnet-operator/test/environment"
+)
+
+func main() {
+	dir := flag.String("dir", ".dev", "State directory: etcd data, certificates, kubeconfig, logs.")
+	manager := flag.String("manager", "bin/manager", "The manager binary (make dev builds it).")
+	flag.Parse()
+	if err := run(*dir, *manager); err != nil {
+		fmt.Fprintln(os.Stderr, "dev:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dir, manager string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	pidFile := filepath.Join(dir, "pids")
+	if err := cleanUpPreviousRun(dir, pidFile); err != nil {
+		return err
+	}
+	manager, err = filepath.Abs(manager)
+	if err != nil {
+		return err
+	}
+
+	fmt.Println("Starting etcd, kube-apiserver, kube-controller-manager, cert-manager and the operator on 127.0.0.1 ...")
+	start := time.Now()
+	env, err := environment.Start(ctx, environment.Options{Dir: dir, Manager: manager, ControllerManager: true})
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, filepath.Join(dir, "logs"))
+	}
+	defer env.Stop()
+	var pids bytes.Buffer
+	for _, p := range env.Processes() {
+		fmt.Fprintln(&pids, p.Pid())
+	}
+	if err := os.WriteFile(pidFile, pids.Bytes(), 0o600); err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(pidFile) }()
+
+	if _, err := env.Kubectl(ctx, nil, "apply", "-k", filepath.Join(env.RepoRoot, "config", "samples")); err != nil {
+		return fmt.Errorf("applying the samples: %w", err)
+	}
+	if _, err := env.Kubectl(ctx, nil, "wait", "-n", "default", "--for=condition=Ready", "--timeout=60s", "subnetpools", "--all"); err != nil {
+		return fmt.Errorf("the sample pools did not become Ready: %w", err)
+	}
+	if _, err := env.Kubectl(ctx, nil, "wait", "-n", "default", "--for=condition=Ready", "--timeout=60s", "subnets", "--all"); err != nil {
+		return fmt.Errorf("the sample Subnets did not become Ready: %w", err)
+	}
+
+	rel := func(p string) string {
+		if r, err := filepath.Rel(env.RepoRoot, p); err == nil && !strings.HasPrefix(r, "..") {
+			return r
+		}
+		return p
+	}
+	fmt.Printf(`
+Up in %s. Kubeconfig: %s (logs: %s)
+
+Try, in another shell:
+  export KUBECONFIG=%s
+  kubectl get subnetpools,subnets -A            # or: kubectl get ipam -A
+  kubectl get subnetpools -o wide               # utilization, free space, largest free block
+  kubectl describe subnetpool datacenter
+  kubectl create -f - <<EOF
+  apiVersion: ipam.subnet-operator.io/v1alpha1
+  kind: Subnet
+  metadata: {name: clash}
+  spec: {poolRef: datacenter, cidr: 10.0.1.0/25}
+  EOF
+  # ^ rejected by the webhook: it overlaps the sample Subnet "web"
+
+Ctrl-C stops everything.
+ready
+`, time.Since(start).Round(time.Second), rel(env.Kubeconfig), rel(env.LogDir()), rel(env.Kubeconfig))
+
+	select {
+	case <-ctx.Done():
+	case <-exited(env):
+		return errors.New("a process of the dev environment exited; see the logs in " + rel(env.LogDir()))
+	}
+	fmt.Println("\nStopping ...")
+	return nil
+}
+
+// exited is closed when any process of the environment exits.
+func exited(env *environment.Environment) <-chan struct{} {
+	ch := make(chan struct{})
+	for _, p := range env.Processes() {
+		go func() {
+			<-p.Exited()
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}()
+	}
+	return ch
+}
+
+// cleanUpPreviousRun stops what a crashed run left behind (its process
+// groups, recorded in the pid file, if they still run one of our binaries
+// or use our state directory) and starts from a clean state directory.
+func cleanUpPreviousRun(dir, pidFile string) error {
+	if data, err := os.ReadFile(pidFile); err == nil {
+		for _, field := range strings.Fields(string(data)) {
+			pid, err := strconv.Atoi(field)
+			if err != nil || pid <= 1 {
+				continue
+			}
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if err != nil || !bytes.Contains(cmdline, []byte(dir)) && !bytes.Contains(cmdline, []byte("/bin/")) {
+				continue // gone, or not ours
+			}
+			fmt.Printf("Stopping process %d left by a previous run\n", pid)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// A fresh cluster each time: a crashed etcd or half-written state is
+	// not worth recovering in a development environment.
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.MkdirAll(dir, 0o755)
+}

@@ -1,0 +1,306 @@
+// Package environment runs subnet-operator as a user would on the local
+// control plane of package controlplane: it applies config/dev (CRDs, webhook
+// configurations, the cert-manager Issuers and Certificates a cluster uses),
+// waits for cert-manager to issue the webhook's certificate and cainjector to
+// inject its CA, keeps the certificate's files in step with its Secret (as a
+// kubelet does for a mounted Secret), and runs the manager binary, one or
+// more replicas. `make dev` and the integration and end-to-end tests use it.
+package environment
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/subnet-operator/subnet-operator/test/controlplane"
+)
+
+// Namespace is where config/dev puts the operator's own objects.
+const Namespace = "subnet-operator-system"
+
+// Options configure an environment.
+type Options struct {
+	// Dir holds the control plane's state and the manager's files.
+	Dir string
+	// RepoRoot is the repository, for config/; default: found from the
+	// working directory.
+	RepoRoot string
+	// Manager is the manager binary; default: built into Dir (BuildManager).
+	Manager string
+	// Replicas of the manager; with more than one, leader election is on and
+	// the webhook URL points at a round-robin TCP proxy in front of them.
+	Replicas int
+	// ManagerArgs are extra flags for every replica.
+	ManagerArgs []string
+	// ControllerManager also runs kube-controller-manager.
+	ControllerManager bool
+	// APIServerArgs are extra kube-apiserver flags.
+	APIServerArgs []string
+}
+
+// Environment is a control plane with the operator installed and running.
+type Environment struct {
+	*controlplane.ControlPlane
+	RepoRoot string
+	Managers []*Manager
+	// WebhookURL is where the API server sends admission requests.
+	WebhookURL string
+
+	opts     Options
+	certDir  string
+	proxy    *proxy
+	stopSync context.CancelFunc
+	syncDone sync.WaitGroup
+}
+
+// Manager is one replica of the manager.
+type Manager struct {
+	Name        string
+	Process     *controlplane.Process
+	WebhookPort int
+	MetricsPort int
+	ProbePort   int
+	args        []string
+}
+
+// Start brings up the control plane, installs the operator and starts the
+// manager replicas. On error, everything started is stopped.
+func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
+	if opts.Replicas == 0 {
+		opts.Replicas = 1
+	}
+	if opts.RepoRoot == "" {
+		if opts.RepoRoot, err = RepoRoot(); err != nil {
+			return nil, err
+		}
+	}
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		Dir: opts.Dir, ControllerManager: opts.ControllerManager, CertManager: true, APIServerArgs: opts.APIServerArgs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	env := &Environment{ControlPlane: cp, RepoRoot: opts.RepoRoot, opts: opts, certDir: filepath.Join(cp.Dir, "certs")}
+	defer func() {
+		if err != nil {
+			env.Stop()
+		}
+	}()
+	if env.opts.Manager == "" {
+		if env.opts.Manager, err = BuildManager(ctx, opts.RepoRoot, filepath.Join(cp.Dir, "manager"), false); err != nil {
+			return nil, err
+		}
+	}
+
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	env.WebhookURL = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	if err := env.install(ctx, ports[0]); err != nil {
+		return nil, err
+	}
+	if err := env.startCertSync(); err != nil {
+		return nil, err
+	}
+
+	var backends []string
+	for i := range opts.Replicas {
+		m, err := env.newManager(fmt.Sprintf("manager-%d", i), opts.Replicas == 1, ports[0])
+		if err != nil {
+			return nil, err
+		}
+		env.Managers = append(env.Managers, m)
+		backends = append(backends, fmt.Sprintf("127.0.0.1:%d", m.WebhookPort))
+	}
+	if opts.Replicas > 1 {
+		if env.proxy, err = startProxy(fmt.Sprintf("127.0.0.1:%d", ports[0]), backends); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range env.Managers {
+		if err := env.StartManager(ctx, m); err != nil {
+			return nil, err
+		}
+	}
+	if err := env.waitCAInjected(ctx); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// install applies config/dev with the webhook URL's port.
+func (env *Environment) install(ctx context.Context, webhookPort int) error {
+	manifests, err := env.Kubectl(ctx, nil, "kustomize", filepath.Join(env.RepoRoot, "config", "dev"))
+	if err != nil {
+		return err
+	}
+	manifests = strings.ReplaceAll(manifests, "https://127.0.0.1:9443/", fmt.Sprintf("https://127.0.0.1:%d/", webhookPort))
+	if _, err := env.Kubectl(ctx, []byte(manifests), "apply", "--server-side", "-f", "-"); err != nil {
+		return fmt.Errorf("applying config/dev: %w", err)
+	}
+	if _, err := env.Kubectl(ctx, nil, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/subnetpools.ipam.subnet-operator.io", "crd/subnets.ipam.subnet-operator.io"); err != nil {
+		return err
+	}
+	if _, err := env.Kubectl(ctx, nil, "wait", "-n", Namespace, "--for=condition=Ready", "--timeout=120s",
+		"certificate/subnet-operator-serving-cert", "certificate/subnet-operator-metrics-certs"); err != nil {
+		return fmt.Errorf("cert-manager did not issue the webhook certificate: %w", err)
+	}
+	return nil
+}
+
+// newManager picks ports for a replica and builds its flags.
+func (env *Environment) newManager(name string, only bool, webhookPort int) (*Manager, error) {
+	ports, err := controlplane.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{Name: name, WebhookPort: ports[0], MetricsPort: ports[1], ProbePort: ports[2]}
+	if only {
+		m.WebhookPort = webhookPort // no proxy: the URL points at it
+	}
+	m.args = []string{
+		"--kubeconfig=" + env.Kubeconfig,
+		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", m.WebhookPort),
+		"--webhook-cert-dir=" + filepath.Join(env.certDir, "webhook"),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", m.MetricsPort),
+		"--metrics-cert-dir=" + filepath.Join(env.certDir, "metrics"),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", m.ProbePort),
+		"--leader-election-namespace=" + Namespace,
+		"--zap-log-level=info",
+	}
+	if !only {
+		m.args = append(m.args, "--leader-elect")
+	}
+	m.args = append(m.args, env.opts.ManagerArgs...)
+	return m, nil
+}
+
+// StartManager starts (or restarts) a replica and waits until it is ready.
+func (env *Environment) StartManager(ctx context.Context, m *Manager) error {
+	p, err := env.StartProcess(m.Name, env.opts.Manager, m.args, []string{"KUBECONFIG=" + env.Kubeconfig})
+	if err != nil {
+		return err
+	}
+	m.Process = p
+	return m.WaitReady(ctx, 2*time.Minute)
+}
+
+// WaitReady polls the replica's /readyz.
+func (m *Manager) WaitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", m.ProbePort)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-m.Process.Exited():
+			return fmt.Errorf("%s exited: %w", m.Name, m.Process.Err())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s", m.Name, timeout)
+		}
+	}
+}
+
+// waitCAInjected waits until cainjector has put the CA in both webhook
+// configurations.
+func (env *Environment) waitCAInjected(ctx context.Context) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ok := true
+		for _, name := range []string{
+			"validatingwebhookconfiguration/subnet-operator-validating-webhook-configuration",
+			"mutatingwebhookconfiguration/subnet-operator-mutating-webhook-configuration",
+		} {
+			out, err := env.Kubectl(ctx, nil, "get", name, "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}")
+			if err != nil || len(strings.Fields(out)) != 2 {
+				ok = false
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("cainjector did not inject the CA into the webhook configurations")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops the managers, the certificate sync, the proxy and the control
+// plane.
+func (env *Environment) Stop() {
+	for _, m := range env.Managers {
+		if m.Process != nil {
+			m.Process.Stop(15 * time.Second)
+		}
+	}
+	if env.stopSync != nil {
+		env.stopSync()
+		env.syncDone.Wait()
+	}
+	if env.proxy != nil {
+		env.proxy.close()
+	}
+	env.ControlPlane.Stop()
+}
+
+// BuildManager builds cmd/manager into dir (with the race detector if race)
+// and returns the binary's path.
+func BuildManager(ctx context.Context, repoRoot, dir string, race bool) (string, error) {
+	out := filepath.Join(dir, "manager")
+	args := []string{"build", "-o", out}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/manager")...)
+	cmd.Dir = repoRoot
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building the manager: %w: %s", err, stderr.String())
+	}
+	return out, nil
+}
+
+// RepoRoot finds the repository root: the nearest directory above the
+// working directory with a go.mod that declares the operator's module.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
+			bytes.HasPrefix(data, []byte("module github.com/subnet-operator/subnet-operator\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the subnet-operator repository")
+		}
+		dir = parent
+	}
+}
