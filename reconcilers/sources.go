@@ -3,6 +3,7 @@ package reconcilers
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -133,9 +134,13 @@ func subnetEvents(e ledger.Event) []reconcile.Request {
 //     annotation changed: the pool itself;
 //  6. a reconcile error: the controller's rate limiter requeues it.
 //
-// Status-only updates of a pool (our own writes) requeue nothing, which is
-// what the seed's generation predicate is for. Child pools the ledger woke
-// (their parent changed under them) are requeued too.
+// Unlike the seed, which filtered status-only updates with a generation
+// predicate to avoid reconcile loops, a change of the pool's status requeues
+// it too: a status that another client wrote is then corrected at once.
+// There is no loop: our own write comes back as one reconcile that finds
+// nothing to write. Updates that change nothing we look at requeue nothing.
+// Child pools the ledger woke (their parent changed under them) are
+// requeued too.
 func poolEvents(e ledger.Event) []reconcile.Request {
 	out := wakeRequests(e, statuscalc.KindSubnetPool)
 	switch e.Kind {
@@ -171,7 +176,8 @@ func poolChanged(oldObj, newObj any) bool {
 	return old.Generation != p.Generation ||
 		old.Annotations[ipamv1.AnnotationRecompute] != p.Annotations[ipamv1.AnnotationRecompute] ||
 		!old.DeletionTimestamp.Equal(p.DeletionTimestamp) ||
-		len(old.Finalizers) != len(p.Finalizers)
+		len(old.Finalizers) != len(p.Finalizers) ||
+		!equality.Semantic.DeepEqual(old.Status, p.Status)
 }
 
 // childChanged reports whether an update of a child pool changes what its

@@ -1,0 +1,219 @@
+package reconcilers
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ledger"
+)
+
+var created = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+
+// fixture is a pool with a dynamic Subnet, in a fake API and in the ledger.
+type fixture struct {
+	ledger   *ledger.Ledger
+	client   client.Client
+	recorder *events.FakeRecorder
+	pool     *ipamv1.SubnetPool
+	subnet   *ipamv1.Subnet
+}
+
+func newFixture(t *testing.T, funcs interceptor.Funcs) *fixture {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := ipamv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	pool := &ipamv1.SubnetPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "dc", UID: "uid-dc", CreationTimestamp: created, Generation: 1},
+		Spec:       ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/24", DefaultPrefixLength: ptr.To[int32](26)},
+	}
+	sub := &ipamv1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", UID: "uid-web", CreationTimestamp: created, Generation: 1},
+		Spec:       ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).
+		WithObjects(pool.DeepCopy(), sub.DeepCopy()).
+		WithStatusSubresource(&ipamv1.Subnet{}, &ipamv1.SubnetPool{}).
+		WithIndex(&ipamv1.Subnet{}, IndexSubnetPoolRef, subnetPoolRef).
+		WithIndex(&ipamv1.SubnetPool{}, IndexPoolParentRef, poolParentRef).
+		WithInterceptorFuncs(funcs).
+		Build()
+	l := ledger.New()
+	l.MarkSynced()
+	l.ApplyPool(pool, ledger.Created, nil)
+	l.ApplySubnet(sub, ledger.Created, nil)
+	return &fixture{ledger: l, client: c, recorder: events.NewFakeRecorder(10), pool: pool, subnet: sub}
+}
+
+func (f *fixture) subnetReconciler() *SubnetReconciler {
+	return &SubnetReconciler{Client: f.client, Ledger: f.ledger, Recorder: f.recorder}
+}
+
+func (f *fixture) poolReconciler() *PoolStatusReconciler {
+	return &PoolStatusReconciler{Client: f.client, APIReader: f.client, Ledger: f.ledger, Recorder: f.recorder}
+}
+
+func reqFor(o client.Object) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}
+}
+
+func TestSubnetReconcileWritesTheDecision(t *testing.T) {
+	f := newFixture(t, interceptor.Funcs{})
+	if _, err := f.subnetReconciler().Reconcile(context.Background(), reqFor(f.subnet)); err != nil {
+		t.Fatal(err)
+	}
+	var got ipamv1.Subnet
+	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(f.subnet), &got); err != nil {
+		t.Fatal(err)
+	}
+	ready := meta.FindStatusCondition(got.Status.Conditions, ipamv1.ConditionReady)
+	if got.Status.CIDR != "10.0.0.0/26" || got.Status.Addresses != "64" || ready == nil || ready.Status != metav1.ConditionTrue ||
+		ready.Reason != ipamv1.ReasonAllocated || ready.ObservedGeneration != 1 || got.Status.ObservedGeneration != 1 {
+		t.Errorf("status %+v", got.Status)
+	}
+	if e := <-f.recorder.Events; !strings.Contains(e, "Allocated Holds 10.0.0.0/26") {
+		t.Errorf("event %q", e)
+	}
+}
+
+// Trigger event 6: a failed write returns the error, so the controller
+// requeues with back-off; a failure that may have landed (a timeout) keeps
+// the grant, so the retry writes the same range.
+func TestSubnetReconcileErrorRequeuesAndKeepsTheGrant(t *testing.T) {
+	failures := 1
+	f := newFixture(t, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if failures > 0 {
+				failures--
+				return apierrors.NewTimeoutError("the API server is slow", 1)
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	r := f.subnetReconciler()
+	if _, err := r.Reconcile(context.Background(), reqFor(f.subnet)); err == nil {
+		t.Fatal("want the write error")
+	}
+	if d, _ := f.ledger.DecideSubnet("team-a", "web"); !d.Assumed || d.CIDR.String() != "10.0.0.0/26" {
+		t.Fatalf("grant lost after a timeout: %+v", d)
+	}
+	if _, err := r.Reconcile(context.Background(), reqFor(f.subnet)); err != nil {
+		t.Fatal(err)
+	}
+	var got ipamv1.Subnet
+	_ = f.client.Get(context.Background(), client.ObjectKeyFromObject(f.subnet), &got)
+	if got.Status.CIDR != "10.0.0.0/26" {
+		t.Errorf("retry wrote %q", got.Status.CIDR)
+	}
+}
+
+// A grant that can never be written (the Subnet is gone) is released.
+func TestSubnetReconcileForgetsAGrantForAGoneSubnet(t *testing.T) {
+	f := newFixture(t, interceptor.Funcs{
+		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+			return apierrors.NewNotFound(ipamv1.GroupVersion.WithResource("subnets").GroupResource(), "web")
+		},
+	})
+	if _, err := f.subnetReconciler().Reconcile(context.Background(), reqFor(f.subnet)); err != nil {
+		t.Fatalf("a gone Subnet is not an error: %v", err)
+	}
+	figures, _ := f.ledger.PoolFigures("team-a", "dc")
+	if figures.Usage.Held.Sign() != 0 {
+		t.Errorf("the pool still holds %s for a gone Subnet", figures.Usage.Held)
+	}
+}
+
+func TestPoolReconcileAddsFinalizerAndStatus(t *testing.T) {
+	f := newFixture(t, interceptor.Funcs{})
+	if _, err := f.poolReconciler().Reconcile(context.Background(), reqFor(f.pool)); err != nil {
+		t.Fatal(err)
+	}
+	var got ipamv1.SubnetPool
+	_ = f.client.Get(context.Background(), client.ObjectKeyFromObject(f.pool), &got)
+	if len(got.Finalizers) != 1 || got.Finalizers[0] != ipamv1.FinalizerPoolProtection {
+		t.Errorf("finalizers %v", got.Finalizers)
+	}
+	if got.Status.CIDR != "10.0.0.0/24" || got.Status.Capacity != "256" || got.Status.Subnets != 1 || got.Status.AllocatableBlocks != "4" ||
+		!meta.IsStatusConditionTrue(got.Status.Conditions, ipamv1.ConditionReady) {
+		t.Errorf("status %+v", got.Status)
+	}
+}
+
+// Another client writes the pool's status between our read and our write:
+// the optimistic lock fails, we read again and converge.
+func TestPoolReconcileConvergesAfterAConflictingWrite(t *testing.T) {
+	conflicts := 1
+	f := newFixture(t, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if conflicts > 0 {
+				conflicts--
+				// The other writer lands first.
+				var p ipamv1.SubnetPool
+				_ = c.Get(ctx, client.ObjectKeyFromObject(obj), &p)
+				p.Status.Utilization = "99.99%"
+				_ = c.Status().Update(ctx, &p)
+				return apierrors.NewConflict(ipamv1.GroupVersion.WithResource("subnetpools").GroupResource(), obj.GetName(), errors.New("modified"))
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	if _, err := f.poolReconciler().Reconcile(context.Background(), reqFor(f.pool)); err != nil {
+		t.Fatal(err)
+	}
+	var got ipamv1.SubnetPool
+	_ = f.client.Get(context.Background(), client.ObjectKeyFromObject(f.pool), &got)
+	if got.Status.Utilization != "0.00%" {
+		t.Errorf("utilization %q after the conflict; want the controller's 0.00%%", got.Status.Utilization)
+	}
+}
+
+func TestPoolFinalizerStaysWhileInUse(t *testing.T) {
+	f := newFixture(t, interceptor.Funcs{})
+	ctx := context.Background()
+	r := f.poolReconciler()
+	if _, err := r.Reconcile(ctx, reqFor(f.pool)); err != nil { // adds the finalizer
+		t.Fatal(err)
+	}
+	var p ipamv1.SubnetPool
+	_ = f.client.Get(ctx, client.ObjectKeyFromObject(f.pool), &p)
+	if err := f.client.Delete(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.client.Get(ctx, client.ObjectKeyFromObject(f.pool), &p)
+	f.ledger.ApplyPool(&p, ledger.Updated, nil)
+	if _, err := r.Reconcile(ctx, reqFor(f.pool)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.Get(ctx, client.ObjectKeyFromObject(f.pool), &p); err != nil {
+		t.Fatalf("the pool went while a Subnet uses it: %v", err)
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, ipamv1.ConditionReady); c == nil || c.Reason != ipamv1.ReasonTerminating {
+		t.Errorf("Ready %+v", c)
+	}
+	// The Subnet goes: the finalizer is removed and the pool with it.
+	_ = f.client.Delete(ctx, f.subnet.DeepCopy())
+	f.ledger.DeleteSubnet(f.subnet)
+	if _, err := r.Reconcile(ctx, reqFor(f.pool)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.Get(ctx, client.ObjectKeyFromObject(f.pool), &p); !apierrors.IsNotFound(err) {
+		t.Errorf("the pool is still there: %v", err)
+	}
+}
