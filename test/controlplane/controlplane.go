@@ -362,17 +362,25 @@ func (cp *ControlPlane) Kubectl(ctx context.Context, stdin []byte, args ...strin
 
 // KubectlAs runs kubectl with the given kubeconfig.
 func (cp *ControlPlane) KubectlAs(ctx context.Context, kubeconfig string, stdin []byte, args ...string) (string, error) {
+	stdout, stderr, err := cp.KubectlOutput(ctx, kubeconfig, stdin, args...)
+	if err != nil {
+		return stdout, fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr))
+	}
+	return stdout, nil
+}
+
+// KubectlOutput runs kubectl with the given kubeconfig and returns both its
+// outputs: warnings go to standard error even when kubectl succeeds.
+func (cp *ControlPlane) KubectlOutput(ctx context.Context, kubeconfig string, stdin []byte, args ...string) (stdout, stderr string, err error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(cp.Assets, "kubectl"), append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
 }
 
 // AddUser writes a kubeconfig for a user in groups, signed by the control
