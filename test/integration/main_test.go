@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
@@ -65,7 +66,11 @@ func run(m *testing.M) int {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = ipamv1.AddToScheme(scheme)
-	if k8s, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
+	// The tests are many clients at once: no client-side rate limit (the
+	// API server's priority and fairness still applies).
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = -1, -1
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		env.Stop()
 		return 1
