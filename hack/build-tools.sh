@@ -5,6 +5,8 @@
 #   bin/k8s-<v>/            kube-apiserver, kube-controller-manager, kubectl
 #   bin/etcd-<v>/etcd
 #   bin/cert-manager-<v>/   cert-manager-local (our launcher) and its CRDs
+#   bin/prometheus-operator-<v>/crds   the ServiceMonitor and PrometheusRule
+#                           CRDs, to check config/ against a real API server
 # Then it points bin/assets/ (what KUBEBUILDER_ASSETS names) at them.
 # A first build takes ~15 minutes on 2 cores; later runs find the cache and
 # return at once.
@@ -22,6 +24,8 @@ modversion() {
 k8s_version=$(modversion hack/tools/kube k8s.io/kubernetes)
 etcd_version=$(modversion hack/tools/etcd go.etcd.io/etcd/server/v3)
 cm_version=$(modversion hack/tools/certmanager github.com/cert-manager/cert-manager)
+# Newer versions are refused by the module proxy here; only CRDs are used.
+promop_version=v0.85.0
 
 k8s_dir=$bin/k8s-$k8s_version
 if [ ! -f "$k8s_dir/.complete" ]; then
@@ -61,6 +65,19 @@ if [ ! -f "$cm_dir/.complete" ]; then
   touch "$cm_dir/.complete"
 fi
 
+promop_dir=$bin/prometheus-operator-$promop_version
+if [ ! -f "$promop_dir/.complete" ]; then
+  echo "Fetching the Prometheus Operator $promop_version CRDs into bin/ (once)"
+  mkdir -p "$promop_dir/crds"
+  src=$(cd hack/tools/kube && go mod download -json "github.com/prometheus-operator/prometheus-operator@$promop_version" |
+    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  for crd in servicemonitors prometheusrules; do
+    cp "$src/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml" "$promop_dir/crds/"
+  done
+  chmod u+w "$promop_dir"/crds/*.yaml
+  touch "$promop_dir/.complete"
+fi
+
 assets=$bin/assets
 mkdir -p "$assets"
 ln -sfn "$k8s_dir/kube-apiserver" "$assets/kube-apiserver"
@@ -69,3 +86,4 @@ ln -sfn "$k8s_dir/kubectl" "$assets/kubectl"
 ln -sfn "$etcd_dir/etcd" "$assets/etcd"
 ln -sfn "$cm_dir/cert-manager-local" "$assets/cert-manager-local"
 ln -sfn "$cm_dir/crds" "$assets/cert-manager-crds"
+ln -sfn "$promop_dir/crds" "$assets/prometheus-operator-crds"

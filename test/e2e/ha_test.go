@@ -1,0 +1,144 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"crypto/tls"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/test/environment"
+)
+
+// review sends an AdmissionReview for a Subnet create straight to one
+// replica's validating webhook and returns whether it was allowed.
+func review(t *testing.T, m *environment.Manager, roots *x509.CertPool, s *ipamv1.Subnet) (bool, error) {
+	t.Helper()
+	raw, _ := json.Marshal(s)
+	body, _ := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: "e2e", Operation: admissionv1.Create, Namespace: s.Namespace, Name: s.Name,
+			Kind:     metav1.GroupVersionKind{Group: "ipam.subnet-operator.io", Version: "v1alpha1", Kind: "Subnet"},
+			Resource: metav1.GroupVersionResource{Group: "ipam.subnet-operator.io", Version: "v1alpha1", Resource: "subnets"},
+			Object:   runtime.RawExtension{Raw: raw},
+		},
+	})
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}}}
+	url := fmt.Sprintf("https://127.0.0.1:%d/validate-ipam-subnet-operator-io-v1alpha1-subnet", m.WebhookPort)
+	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(resp.Body)
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(data, &out); err != nil || out.Response == nil {
+		return false, fmt.Errorf("bad review response %q: %v", data, err)
+	}
+	return out.Response.Allowed, nil
+}
+
+// Both replicas answer admissions; only the leader allocates; killing the
+// leader hands the controllers to the other replica within the lease, and
+// no range is handed out twice.
+func TestLeaderElectionAndFailover(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	mustKubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: SubnetPool\nmetadata: {name: ha, namespace: %s}\nspec: {cidr: 10.40.0.0/16, defaultPrefixLength: 27}\n", ns), "create", "-f", "-")
+
+	s := secret(t, "webhook-server-cert")
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(s.Data["ca.crt"])
+	for _, m := range env.Managers {
+		probe := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}, Spec: ipamv1.SubnetSpec{PoolRef: "ha", CIDR: "10.40.200.0/24"}}
+		eventually(t, 10*time.Second, func() error {
+			allowed, err := review(t, m, roots, probe)
+			if err != nil || !allowed {
+				return fmt.Errorf("%s: allowed=%v %v", m.Name, allowed, err)
+			}
+			return nil
+		})
+	}
+
+	old := leader(t)
+	createBatch := func(from, to int) {
+		var wg sync.WaitGroup
+		for i := from; i < to; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("h%03d", i)}, Spec: ipamv1.SubnetSpec{PoolRef: "ha"}}
+				for attempt := 0; ; attempt++ {
+					err := k8s.Create(ctx, s.DeepCopy())
+					if err == nil || attempt == 50 {
+						if err != nil {
+							t.Errorf("create %s: %v", s.Name, err)
+						}
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	createBatch(0, 100)
+	killed := time.Now()
+	old.Process.Kill()
+	createBatch(100, 200) // during the hand-over: the other replica's webhook admits them
+	next := leader(t)
+	if next == old {
+		t.Fatal("the killed replica is still the leader")
+	}
+
+	var list ipamv1.SubnetList
+	eventually(t, 2*time.Minute, func() error {
+		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, s := range list.Items {
+			if !meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady) {
+				return fmt.Errorf("%s not Ready", s.Name)
+			}
+		}
+		if len(list.Items) != 200 {
+			return fmt.Errorf("%d Subnets", len(list.Items))
+		}
+		return nil
+	})
+	t.Logf("leader %s killed; %s allocated all 200 Subnets %s later (lease %s)", old.Name, next.Name, time.Since(killed).Round(time.Millisecond), leaseDuration)
+	var held []netip.Prefix
+	for _, s := range list.Items {
+		held = append(held, netip.MustParsePrefix(s.Status.CIDR))
+	}
+	slices.SortFunc(held, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	for i := 1; i < len(held); i++ {
+		if held[i-1].Overlaps(held[i]) {
+			t.Fatalf("duplicate allocation: %s and %s", held[i-1], held[i])
+		}
+	}
+
+	// Back to two replicas for the tests that follow.
+	if err := env.StartManager(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,185 @@
+//go:build e2e
+
+// Package e2e runs the whole system as a user meets it: the real manager
+// binary, two replicas with leader election behind a round-robin proxy
+// (standing in for the webhook Service), real cert-manager issuing and
+// rotating the webhook's certificate and its CA injector filling the
+// webhook configurations, real kube-apiserver, etcd and
+// kube-controller-manager, driven by kubectl.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/test/environment"
+)
+
+// Short leases, so a killed leader is replaced within seconds.
+const (
+	leaseDuration = 4 * time.Second
+	renewDeadline = 3 * time.Second
+	retryPeriod   = 500 * time.Millisecond
+)
+
+var (
+	env *environment.Environment
+	k8s client.Client
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "subnet-operator-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	root, err := environment.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	manager, err := environment.BuildManager(ctx, root, dir, false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env, err = environment.Start(ctx, environment.Options{
+		Dir: filepath.Join(dir, "env"), Manager: manager, Replicas: 2, ControllerManager: true,
+		ManagerArgs: []string{
+			"--leader-elect-lease-duration=" + leaseDuration.String(),
+			"--leader-elect-renew-deadline=" + renewDeadline.String(),
+			"--leader-elect-retry-period=" + retryPeriod.String(),
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the environment:", err)
+		dumpLogs(filepath.Join(dir, "env", "logs"))
+		return 1
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = ipamv1.AddToScheme(scheme)
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = -1, -1
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		env.Stop()
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		dumpLogs(env.LogDir())
+	}
+	env.Stop()
+	return code
+}
+
+func dumpLogs(dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		if len(data) > 3000 {
+			data = data[len(data)-3000:]
+		}
+		fmt.Fprintf(os.Stderr, "--- %s:\n%s\n", filepath.Base(l), data)
+	}
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	name := fmt.Sprintf("e2e-%s-%04x", strings.ToLower(t.Name()), rand.IntN(1<<16))
+	if len(name) > 60 {
+		name = name[:55] + name[len(name)-5:]
+	}
+	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// kubectl runs kubectl as the cluster admin.
+func kubectl(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var in []byte
+	if stdin != "" {
+		in = []byte(stdin)
+	}
+	return env.KubectlOutput(context.Background(), env.Kubeconfig, in, args...)
+}
+
+// mustKubectl runs kubectl and fails the test on error.
+func mustKubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	out, stderr, err := kubectl(t, stdin, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return out
+}
+
+func eventually(t *testing.T, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("not within %s: %v", timeout, err)
+}
+
+// leader returns the replica whose log says it holds the lease last.
+func leader(t *testing.T) *environment.Manager {
+	t.Helper()
+	var found *environment.Manager
+	eventually(t, 30*time.Second, func() error {
+		found = nil
+		for _, m := range env.Managers {
+			if m.Process == nil {
+				continue
+			}
+			select {
+			case <-m.Process.Exited():
+				continue
+			default:
+			}
+			data, err := os.ReadFile(filepath.Join(env.LogDir(), m.Name+".log"))
+			if err != nil {
+				return err
+			}
+			// A restarted replica appends to its log: look at its last run.
+			if i := bytes.LastIndex(data, []byte(`"msg":"Starting manager"`)); i >= 0 {
+				data = data[i:]
+			}
+			if bytes.Contains(data, []byte("Successfully acquired lease")) {
+				found = m
+			}
+		}
+		if found == nil {
+			return fmt.Errorf("no replica holds the lease")
+		}
+		return nil
+	})
+	return found
+}

@@ -1,0 +1,158 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// A platform team's day, with kubectl: a pool, a child pool for a team,
+// explicit and dynamic Subnets, the columns `kubectl get` shows, the common
+// mistakes, and deletion protection.
+func TestUserStories(t *testing.T) {
+	ns := namespace(t)
+	mustKubectl(t, fmt.Sprintf(`
+apiVersion: ipam.subnet-operator.io/v1alpha1
+kind: SubnetPool
+metadata: {name: dc, namespace: %[1]s}
+spec: {cidr: 10.50.0.0/16, defaultPrefixLength: 24, reserved: [10.50.0.0/24]}
+---
+apiVersion: ipam.subnet-operator.io/v1alpha1
+kind: SubnetPool
+metadata: {name: team, namespace: %[1]s}
+spec: {parentRef: dc, cidr: 10.50.128.0/17, defaultPrefixLength: 26}
+---
+apiVersion: ipam.subnet-operator.io/v1alpha1
+kind: Subnet
+metadata: {name: web, namespace: %[1]s}
+spec: {poolRef: dc, cidr: 10.50.1.0/24}
+---
+apiVersion: ipam.subnet-operator.io/v1alpha1
+kind: Subnet
+metadata: {name: api, namespace: %[1]s}
+spec: {poolRef: team}
+`, ns), "apply", "-f", "-")
+	mustKubectl(t, "", "wait", "-n", ns, "--for=condition=Ready", "--timeout=60s", "subnets", "--all")
+	mustKubectl(t, "", "wait", "-n", ns, "--for=condition=Ready", "--timeout=60s", "subnetpools", "--all")
+
+	// The columns. The pool's figures update asynchronously after the
+	// Subnets became Ready: wait for them.
+	var pools string
+	eventually(t, 20*time.Second, func() error {
+		pools = mustKubectl(t, "", "get", "subnetpools", "-n", ns)
+		if !strings.Contains(pools, "50.58%") || !strings.Contains(pools, "0.19%") {
+			return fmt.Errorf("not yet:\n%s", pools)
+		}
+		return nil
+	})
+	lines := strings.Split(strings.TrimSpace(pools), "\n")
+	if got := strings.Fields(lines[0]); strings.Join(got, " ") != "NAME CIDR PARENT UTILIZATION FREE LARGEST FREE AGE" {
+		t.Errorf("pool columns: %q", lines[0])
+	}
+	// dc: the child /17 (32768) and web (256) of 65536 - 256 reserved.
+	if !strings.HasPrefix(strings.Join(strings.Fields(lines[1]), " "), "dc 10.50.0.0/16 50.58% 32256 10.50.64.0/18") {
+		t.Errorf("dc row: %q", lines[1])
+	}
+	if !strings.HasPrefix(strings.Join(strings.Fields(lines[2]), " "), "team 10.50.128.0/17 dc 0.19% 32704 10.50.192.0/18") {
+		t.Errorf("team row: %q", lines[2])
+	}
+	subnets := mustKubectl(t, "", "get", "subnets", "-n", ns)
+	want := []string{"NAME POOL CIDR STATE AGE", "api team 10.50.128.0/26 Allocated", "web dc 10.50.1.0/24 Allocated"}
+	for i, line := range strings.Split(strings.TrimSpace(subnets), "\n") {
+		if !strings.HasPrefix(strings.Join(strings.Fields(line), " "), want[i]) {
+			t.Errorf("subnet line %d: %q, want it to start with %q", i, line, want[i])
+		}
+	}
+	if all := mustKubectl(t, "", "get", "ipam", "-n", ns, "-o", "name"); strings.Count(all, "\n") != 4 {
+		t.Errorf("kubectl get ipam lists:\n%s", all)
+	}
+
+	// The common mistakes, as kubectl prints them.
+	mistakes := []struct{ spec, want string }{
+		{"{poolRef: dc, cidr: 10.50.1.0/25}", fmt.Sprintf(`The Subnet "oops" is invalid: spec.cidr: Invalid value: "10.50.1.0/25": overlaps Subnet %s/web (10.50.1.0/24); pick a free range, or set spec.prefixLength to have one allocated`, ns)},
+		{"{poolRef: dc, cidr: 10.50.2.7/24}", `The Subnet "oops" is invalid: spec.cidr: Invalid value: "10.50.2.7/24": host bits set; did you mean "10.50.2.0/24"?`},
+		{"{poolRef: dc, cidr: 10.50.0.0/25}", fmt.Sprintf(`The Subnet "oops" is invalid: spec.cidr: Invalid value: "10.50.0.0/25": overlaps reserved range 10.50.0.0/24 of SubnetPool %s/dc`, ns)},
+	}
+	for _, m := range mistakes {
+		_, stderr, err := kubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: oops, namespace: %s}\nspec: %s\n", ns, m.spec), "create", "-f", "-")
+		if err == nil || strings.TrimSpace(stderr) != m.want {
+			t.Errorf("kubectl printed %q\nwant %q", stderr, m.want)
+		}
+	}
+
+	// Deletion protection: a pool in use stays; once empty it goes.
+	if _, stderr, err := kubectl(t, "", "delete", "subnetpool", "-n", ns, "dc"); err == nil || !strings.Contains(stderr, "is in use by 1 Subnets and 1 child pools") {
+		t.Errorf("deleting a pool in use: %v %s", err, stderr)
+	}
+	mustKubectl(t, "", "delete", "-n", ns, "subnet", "api", "web")
+	mustKubectl(t, "", "delete", "-n", ns, "subnetpool", "team")
+	mustKubectl(t, "", "delete", "-n", ns, "subnetpool", "dc", "--timeout=60s")
+	if out := mustKubectl(t, "", "get", "subnetpools", "-n", ns, "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("pools left: %s", out)
+	}
+}
+
+// The production install (config/default), schema-checked by a real API
+// server with cert-manager's and Prometheus Operator's CRDs installed.
+func TestDefaultInstallServerSideDryRun(t *testing.T) {
+	crds, err := filepath.EvalSymlinks(filepath.Join(env.Assets, "prometheus-operator-crds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(t, "", "apply", "--server-side", "-f", crds)
+	mustKubectl(t, "", "wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
+	rendered := mustKubectl(t, "", "kustomize", filepath.Join(env.RepoRoot, "config", "default"))
+	out := mustKubectl(t, rendered, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-")
+	if n := strings.Count(out, "(server dry run)"); n < 20 {
+		t.Errorf("only %d objects accepted:\n%s", n, out)
+	}
+}
+
+// Least privilege: no Role or ClusterRole of the install grants a wildcard.
+func TestRBACHasNoWildcards(t *testing.T) {
+	rendered := mustKubectl(t, "", "kustomize", filepath.Join(env.RepoRoot, "config", "default"))
+	type rule struct {
+		APIGroups       []string `json:"apiGroups"`
+		Resources       []string `json:"resources"`
+		Verbs           []string `json:"verbs"`
+		NonResourceURLs []string `json:"nonResourceURLs"`
+	}
+	roles := 0
+	for _, doc := range strings.Split(rendered, "\n---\n") {
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Rules []rule `json:"rules"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.Kind != "Role" && obj.Kind != "ClusterRole" {
+			continue
+		}
+		roles++
+		for _, r := range obj.Rules {
+			for _, v := range append(append(append(r.APIGroups, r.Resources...), r.Verbs...), r.NonResourceURLs...) {
+				if strings.Contains(v, "*") {
+					t.Errorf("%s %s grants a wildcard: %+v", obj.Kind, obj.Metadata.Name, r)
+				}
+			}
+			for _, res := range r.Resources {
+				if res == "secrets" {
+					t.Errorf("%s %s grants access to Secrets", obj.Kind, obj.Metadata.Name)
+				}
+			}
+		}
+	}
+	if roles < 5 {
+		t.Errorf("found %d roles in config/default", roles)
+	}
+}
