@@ -52,7 +52,7 @@ func review(t *testing.T, m *environment.Manager, roots *x509.CertPool, s *ipamv
 	data, _ := io.ReadAll(resp.Body)
 	var out admissionv1.AdmissionReview
 	if err := json.Unmarshal(data, &out); err != nil || out.Response == nil {
-		return false, fmt.Errorf("bad review response %q: %v", data, err)
+		return false, fmt.Errorf("bad review response %q: %w", data, err)
 	}
 	return out.Response.Allowed, nil
 }
@@ -73,7 +73,7 @@ func TestLeaderElectionAndFailover(t *testing.T) {
 		eventually(t, 10*time.Second, func() error {
 			allowed, err := review(t, m, roots, probe)
 			if err != nil || !allowed {
-				return fmt.Errorf("%s: allowed=%v %v", m.Name, allowed, err)
+				return fmt.Errorf("%s: allowed=%v: %w", m.Name, allowed, err)
 			}
 			return nil
 		})
