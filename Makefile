@@ -56,7 +56,8 @@ build: ## Build the manager into bin/manager.
 
 .PHONY: dev
 dev: tools build ## Run a local control plane with cert-manager, the operator and the samples (Ctrl-C stops it).
-	KUBEBUILDER_ASSETS=$(ASSETS) go run ./hack/dev --dir .dev --manager $(LOCALBIN)/manager
+	go build -o $(LOCALBIN)/dev ./hack/dev
+	KUBEBUILDER_ASSETS=$(ASSETS) $(LOCALBIN)/dev --dir .dev --manager $(LOCALBIN)/manager
 
 ##@ Test
 

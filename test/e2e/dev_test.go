@@ -1,0 +1,115 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/subnet-operator/subnet-operator/test/controlplane"
+	"github.com/subnet-operator/subnet-operator/test/environment"
+)
+
+// startDev starts the `make dev` program and waits for its "ready" line.
+func startDev(t *testing.T, bin, manager, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "--dir", dir, "--manager", manager)
+	cmd.Dir = env.RepoRoot
+	cmd.Env = append(os.Environ(), controlplane.AssetsEnv+"="+env.Assets)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		scan := bufio.NewScanner(stdout)
+		for scan.Scan() {
+			if scan.Text() == "ready" {
+				close(ready)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(4 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("make dev did not print ready")
+	}
+	return cmd
+}
+
+// The promise of the README: `make dev` brings up a live system with the
+// samples; kubectl works against it; a Subnet that overlaps a sample is
+// rejected by the webhook over cert-manager's TLS; Ctrl-C stops everything;
+// and a run that was killed is cleaned up by the next one.
+func TestMakeDev(t *testing.T) {
+	ctx := context.Background()
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "dev")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./hack/dev")
+	build.Dir = env.RepoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	manager, err := environment.BuildManager(ctx, env.RepoRoot, tmp, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(tmp, "state")
+
+	// A first run, killed without warning.
+	first := startDev(t, bin, manager, dir)
+	_ = first.Process.Signal(syscall.SIGKILL)
+	_ = first.Wait()
+
+	// The second run recovers and works.
+	cmd := startDev(t, bin, manager, dir)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	out, _, err := env.KubectlOutput(ctx, kubeconfig, nil, "get", "subnetpools,subnets", "-A")
+	if err != nil || !strings.Contains(out, "datacenter") || !strings.Contains(out, "Allocated") {
+		t.Errorf("kubectl get: %v\n%s", err, out)
+	}
+	clash := "apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: clash, namespace: default}\nspec: {poolRef: datacenter, cidr: 10.0.1.0/25}\n"
+	_, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(clash), "create", "-f", "-")
+	if err == nil || !strings.Contains(stderr, "overlaps Subnet default/web (10.0.1.0/24)") {
+		t.Errorf("the overlapping Subnet was not rejected: %v %s", err, stderr)
+	}
+	pidData, err := os.ReadFile(filepath.Join(dir, "pids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Ctrl-C: everything stops and the program exits 0.
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("make dev exited with %v after Ctrl-C", err)
+		}
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("make dev did not stop after Ctrl-C")
+	}
+	for _, f := range strings.Fields(string(pidData)) {
+		pid, _ := strconv.Atoi(f)
+		if err := syscall.Kill(pid, 0); err == nil {
+			if stat, _ := os.ReadFile("/proc/" + f + "/stat"); !strings.Contains(string(stat), ") Z ") {
+				t.Errorf("process %d still runs after make dev stopped", pid)
+			}
+		}
+	}
+}
