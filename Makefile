@@ -66,8 +66,8 @@ test: tools ## Run every test: unit, integration and end-to-end, with the race d
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -count=1 -timeout 40m -tags integration,e2e ./...
 
 .PHONY: bench
-bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc) and print medians; see docs/benchmarks.md.
-	go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./ipspace/... ./statuscalc/... | tee $(LOCALBIN)/bench.txt
+bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc, webhook handler) and print medians; see docs/benchmarks.md.
+	go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./ipspace/... ./statuscalc/... ./webhooks/... | tee $(LOCALBIN)/bench.txt
 	$(BENCHSTAT) $(LOCALBIN)/bench.txt
 
 ##@ Tools
