@@ -59,6 +59,18 @@ dev: tools build ## Run a local control plane with cert-manager, the operator an
 	go build -o $(LOCALBIN)/dev ./hack/dev
 	KUBEBUILDER_ASSETS=$(ASSETS) $(LOCALBIN)/dev --dir .dev --manager $(LOCALBIN)/manager
 
+##@ Deployment
+
+KUBECTL ?= kubectl
+
+.PHONY: deploy
+deploy: ## Install the operator into the current kubectl context (needs cert-manager; see docs/operations.md).
+	$(KUBECTL) apply -k config/default
+
+.PHONY: undeploy
+undeploy: ## Remove the operator and its CRDs from the current kubectl context.
+	$(KUBECTL) delete --ignore-not-found -k config/default
+
 ##@ Test
 
 .PHONY: test
