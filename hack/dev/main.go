@@ -126,8 +126,10 @@ func exited(env *environment.Environment) <-chan struct{} {
 }
 
 // cleanUpPreviousRun stops what a crashed run left behind (its process
-// groups, recorded in the pid file, if they still run one of our binaries
-// or use our state directory) and starts from a clean state directory.
+// groups, recorded in the pid file, if they still use our state directory:
+// every process of the environment names a file in it on its command line,
+// so a pid reused by an unrelated process is left alone) and starts from a
+// clean state directory.
 func cleanUpPreviousRun(dir, pidFile string) error {
 	if data, err := os.ReadFile(pidFile); err == nil {
 		for _, field := range strings.Fields(string(data)) {
@@ -136,7 +138,7 @@ func cleanUpPreviousRun(dir, pidFile string) error {
 				continue
 			}
 			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if err != nil || !bytes.Contains(cmdline, []byte(dir)) && !bytes.Contains(cmdline, []byte("/bin/")) {
+			if err != nil || !bytes.Contains(cmdline, []byte(dir)) {
 				continue // gone, or not ours
 			}
 			fmt.Printf("Stopping process %d left by a previous run\n", pid)
