@@ -293,11 +293,9 @@ func pending(c *claim, r rules) Decision {
 // pendingRequests returns the slot's explicit requests that hold nothing (or,
 // child pools, something else), in winner order.
 func (n *namespace) pendingRequests(s *slot) []*claim {
-	var out []*claim
-	for key := range s.waiting {
-		if c := s.claims[key]; c.requested.IsValid() && !c.invalidSpec && c.holds() != c.requested {
-			out = append(out, c)
-		}
+	out := make([]*claim, 0, len(s.requests))
+	for key := range s.requests {
+		out = append(out, s.claims[key])
 	}
 	slices.SortFunc(out, func(a, b *claim) int {
 		return statuscalc.Older(a.statuscalcClaim(""), b.statuscalcClaim(""))

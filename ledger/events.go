@@ -120,6 +120,7 @@ func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
 		n.pools++
 	}
 	facts, asClaim := poolFacts(p)
+	previous := s.pool
 	s.pool = facts
 	var wake []ClaimKey
 	if asClaim != nil {
@@ -130,10 +131,13 @@ func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
 		released := n.removeClaim(stale.key)
 		wake = append(wake, n.wakeAfterRelease(stale.pool, released)...)
 	}
-	n.rebuildSpace(s)
-	// Whatever changed, claims waiting on this pool look again: it may now
-	// exist, serve a range, have grown, or be terminating.
-	wake = append(wake, n.waiters(s)...)
+	rebuilt := n.rebuildSpace(s)
+	// Claims waiting on this pool look again when it may now serve them: it
+	// appeared, changed what it hands out or how, or is terminating. Not on
+	// a status-only update (our own writes), which changes none of that.
+	if previous == nil || rebuilt || !sameRules(previous, facts) {
+		wake = append(wake, n.waiters(s)...)
+	}
 	n.mu.Unlock()
 	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
 	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: p, OldObject: old, Wake: dedupe(wake)})
@@ -163,6 +167,13 @@ func (l *Ledger) DeletePool(obj any) {
 	}
 	l.noteChange(statuscalc.KindSubnetPool, "")
 	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: obj, Wake: dedupe(wake)})
+}
+
+// sameRules reports whether two versions of a pool hand out ranges alike.
+func sameRules(a, b *pool) bool {
+	return a.spec == b.spec && a.parent == b.parent && a.deleting == b.deleting &&
+		a.defaultLen == b.defaultLen && a.minLen == b.minLen && a.maxLen == b.maxLen &&
+		slices.Equal(a.reserved, b.reserved)
 }
 
 // wakeAfterRelease returns the waiters of a pool whose space was released.

@@ -141,6 +141,10 @@ type slot struct {
 	// collisions holds the claims whose held range is not placed because it
 	// collides (see claim.placed).
 	collisions map[ClaimKey]struct{}
+	// requests holds the explicit requests that do not hold their range: the
+	// claims a sweep decides. A subset of waiting, kept apart so that a
+	// dynamic allocation does not scan the dynamic claims waiting with it.
+	requests map[ClaimKey]struct{}
 	// waiting holds the claims that hold nothing, or ask for a range other
 	// than the one they hold: the claims to wake when the pool changes.
 	waiting map[ClaimKey]struct{}
@@ -237,7 +241,7 @@ func (l *Ledger) ns(name string, create bool) *namespace {
 func (n *namespace) slot(name string) *slot {
 	s := n.slots[name]
 	if s == nil {
-		s = &slot{name: name, claims: map[ClaimKey]*claim{}, waiting: map[ClaimKey]struct{}{}, collisions: map[ClaimKey]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[ClaimKey]()}
+		s = &slot{name: name, claims: map[ClaimKey]*claim{}, waiting: map[ClaimKey]struct{}{}, requests: map[ClaimKey]struct{}{}, collisions: map[ClaimKey]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[ClaimKey]()}
 		n.slots[name] = s
 	}
 	return s
@@ -384,12 +388,17 @@ func (s *slot) count(key ClaimKey, reason string, delta int) {
 	}
 }
 
-// noteWaiting keeps the slot's waiting set current for c.
+// noteWaiting keeps the slot's waiting and requests sets current for c.
 func (s *slot) noteWaiting(c *claim) {
 	if !c.holds().IsValid() || (c.requested.IsValid() && c.requested != c.holds()) {
 		s.waiting[c.key] = struct{}{}
 	} else {
 		delete(s.waiting, c.key)
+	}
+	if c.requested.IsValid() && !c.invalidSpec && c.requested != c.holds() {
+		s.requests[c.key] = struct{}{}
+	} else {
+		delete(s.requests, c.key)
 	}
 }
 
@@ -405,6 +414,7 @@ func (n *namespace) removeClaim(key ClaimKey) (released netip.Prefix) {
 	delete(s.claims, key)
 	s.count(key, c.reason, -1)
 	delete(s.waiting, key)
+	delete(s.requests, key)
 	delete(s.collisions, key)
 	if c.placed && s.space != nil {
 		_ = s.space.Release(c.holds())

@@ -184,10 +184,8 @@ func (n *namespace) conflicts(s *slot) []statuscalc.Conflict {
 	for key := range s.collisions {
 		losers = append(losers, s.claims[key])
 	}
-	for key := range s.waiting {
-		if c := s.claims[key]; c.requested.IsValid() && c.requested != c.holds() {
-			losers = append(losers, c)
-		}
+	for key := range s.requests {
+		losers = append(losers, s.claims[key])
 	}
 	slices.SortFunc(losers, func(a, b *claim) int {
 		return statuscalc.Older(a.statuscalcClaim(""), b.statuscalcClaim(""))
