@@ -8,7 +8,6 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -303,11 +302,19 @@ func TestSimultaneousOverlappingClaims(t *testing.T) {
 		}
 		return nil
 	})
-	// The winner is the oldest: the smallest name among those created in
-	// the first second (they all were).
-	sort.Strings(createdNames)
-	if winner != createdNames[0] {
-		t.Errorf("winner %s, want the oldest by (creationTimestamp, name) %s", winner, createdNames[0])
+	// The winner is the oldest by (creationTimestamp, name).
+	var list ipamv1.SubnetList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(list.Items, func(a, b ipamv1.Subnet) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	if winner != list.Items[0].Name {
+		t.Errorf("winner %s, want the oldest by (creationTimestamp, name) %s", winner, list.Items[0].Name)
 	}
 }
 
