@@ -267,7 +267,7 @@ func TestIndexMatchesBruteForce(t *testing.T) {
 			for step := range 1500 {
 				p := randomPrefix(rng, pool)
 				owner := rng.IntN(8) - 3 // negative owners too: no owner value is special
-				e := newEntry(p, owner)
+				e := Entry[int]{Prefix: p, Owner: owner}
 				if rng.IntN(3) > 0 {
 					if got, want := x.Insert(p, owner), !ref[e]; got != want {
 						t.Fatalf("step %d: Insert(%v) = %v, want %v", step, e, got, want)

@@ -34,7 +34,7 @@ func FuzzIndexOps(f *testing.F) {
 		ref := map[Entry[int]]bool{}
 		for i := 0; i+3 < len(ops); i += 4 {
 			p := opPrefix(pool, ops[i+1], ops[i+2])
-			e := newEntry(p, int(ops[i+3]%4))
+			e := Entry[int]{Prefix: p, Owner: int(ops[i+3] % 4)}
 			switch ops[i] % 3 {
 			case 0:
 				if got := x.Insert(e.Prefix, e.Owner); got == ref[e] {
