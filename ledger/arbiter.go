@@ -130,14 +130,14 @@ func (n *namespace) decideSubnet(c *claim, r rules) (Decision, []ClaimKey) {
 	}
 	if length < 0 {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec,
-			Message: fmt.Sprintf("the Subnet sets neither cidr nor prefixLength and pool %s/%s has no defaultPrefixLength", n.name, s.name)}, wake
+			Message: fmt.Sprintf("the Subnet sets neither cidr nor prefixLength and SubnetPool %s/%s has no defaultPrefixLength", n.name, s.name)}, wake
 	}
 	if why := n.lengthOutOfBounds(s, length); why != "" {
 		return Decision{Reason: ipamv1.ReasonOutOfRange, Message: why}, wake
 	}
 	p, ok := n.allocateAround(s, length, r)
 	if !ok {
-		msg := fmt.Sprintf("no free /%d block in pool %s/%s (%s)", length, n.name, s.name, s.serving)
+		msg := fmt.Sprintf("no free /%d block in SubnetPool %s/%s (%s)", length, n.name, s.name, s.serving)
 		if largest := s.space.Usage().LargestFree; largest.IsValid() {
 			msg += fmt.Sprintf("; the largest free block is %s", largest)
 		} else {
@@ -195,7 +195,7 @@ func (n *namespace) decidePool(s *slot, r rules) (Decision, []ClaimKey) {
 	held := c.holds()
 	if held == c.requested {
 		return Decision{Reason: ipamv1.ReasonAvailable, CIDR: held, Assumed: c.assumed.IsValid(),
-			Message: fmt.Sprintf("serving %s, granted by parent pool %s/%s", held, n.name, p.parent)}, wake
+			Message: fmt.Sprintf("serving %s, granted by parent SubnetPool %s/%s", held, n.name, p.parent)}, wake
 	}
 	d := n.whyNotGranted(parent, c)
 	if d.Reason == ipamv1.ReasonPending {
@@ -213,13 +213,13 @@ func (n *namespace) poolUnusable(s *slot, name string) (Decision, bool) {
 	switch {
 	case s == nil || s.pool == nil:
 		return Decision{Reason: ipamv1.ReasonPoolNotFound,
-			Message: fmt.Sprintf("pool %s/%s does not exist; waiting for it to be created", n.name, name)}, false
+			Message: fmt.Sprintf("SubnetPool %s/%s does not exist; waiting for it to be created", n.name, name)}, false
 	case s.pool.deleting:
 		return Decision{Reason: ipamv1.ReasonPoolNotReady,
-			Message: fmt.Sprintf("pool %s/%s is being deleted", n.name, name)}, false
+			Message: fmt.Sprintf("SubnetPool %s/%s is being deleted", n.name, name)}, false
 	case s.space == nil:
 		return Decision{Reason: ipamv1.ReasonPoolNotReady,
-			Message: fmt.Sprintf("pool %s/%s serves no range yet (is its parent missing, or its range taken?)", n.name, name)}, false
+			Message: fmt.Sprintf("SubnetPool %s/%s serves no range yet (is its parent missing, or its range taken?)", n.name, name)}, false
 	}
 	return Decision{}, true
 }
@@ -246,23 +246,19 @@ func (n *namespace) whyNotGranted(s *slot, c *claim) Decision {
 			c.requested, winner.key.Kind(), n.name, winner.key.Name(), winner.holds())}
 }
 
+// rules are what the slot's pool allows, in the words the webhooks use.
+func (n *namespace) rules(s *slot) ipspace.Rules {
+	return ipspace.Rules{
+		Name: fmt.Sprintf("SubnetPool %s/%s", n.name, s.name), Pool: s.serving,
+		Reserved: s.pool.reserved, MinLength: s.pool.minLen, MaxLength: s.pool.maxLen,
+	}
+}
+
 // outOfRange explains why an explicit request can never be granted from the
-// pool as it is, or returns "".
+// pool as it is, or returns "". Length bounds apply to Subnets only.
 func (n *namespace) outOfRange(s *slot, c *claim) string {
-	r := c.requested
-	if r.Addr().BitLen() != s.serving.Addr().BitLen() {
-		return fmt.Sprintf("%s is %s but pool %s/%s (%s) is %s", r, ipspace.Family(r.Addr()), n.name, s.name, s.serving, ipspace.Family(s.serving.Addr()))
-	}
-	if !statuscalc.Contains(s.serving, r) {
-		return fmt.Sprintf("%s lies outside pool %s/%s (%s)", r, n.name, s.name, s.serving)
-	}
-	for _, res := range s.pool.reserved {
-		if res.Overlaps(r) {
-			return fmt.Sprintf("%s overlaps reserved range %s of pool %s/%s", r, res, n.name, s.name)
-		}
-	}
-	if c.key.Kind() == statuscalc.KindSubnet {
-		return n.lengthOutOfBounds(s, r.Bits())
+	if v := n.rules(s).CheckRange(c.requested, c.key.Kind() == statuscalc.KindSubnet); v != nil {
+		return c.requested.String() + ": " + v.Detail
 	}
 	return ""
 }
@@ -270,15 +266,8 @@ func (n *namespace) outOfRange(s *slot, c *claim) string {
 // lengthOutOfBounds explains why a Subnet of this prefix length cannot come
 // from the pool, or returns "".
 func (n *namespace) lengthOutOfBounds(s *slot, length int) string {
-	p := s.pool
-	width := s.serving.Addr().BitLen()
-	switch {
-	case length < s.serving.Bits() || length > width:
-		return fmt.Sprintf("prefix length %d does not fit pool %s/%s (%s): it must be between %d and %d", length, n.name, s.name, s.serving, s.serving.Bits(), width)
-	case p.minLen >= 0 && length < p.minLen:
-		return fmt.Sprintf("prefix length %d is shorter than pool %s/%s's minPrefixLength %d", length, n.name, s.name, p.minLen)
-	case p.maxLen >= 0 && length > p.maxLen:
-		return fmt.Sprintf("prefix length %d is longer than pool %s/%s's maxPrefixLength %d", length, n.name, s.name, p.maxLen)
+	if v := n.rules(s).CheckLength(length); v != nil {
+		return v.Detail
 	}
 	return ""
 }

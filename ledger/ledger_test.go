@@ -161,7 +161,7 @@ func TestDynamicAllocationExhaustionAndRecovery(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("allocations (-want +got):\n%s", diff)
 	}
-	if d := decide(t, l, "d3"); d.Message != "no free /26 block in pool team-a/p (10.0.0.0/24); the pool is full; waiting for space to be freed or the pool to grow" {
+	if d := decide(t, l, "d3"); d.Message != "no free /26 block in SubnetPool team-a/p (10.0.0.0/24); the pool is full; waiting for space to be freed or the pool to grow" {
 		t.Errorf("message %q", d.Message)
 	}
 	rec.events = nil
@@ -193,7 +193,7 @@ func TestSubnetBeforePool(t *testing.T) {
 	l, rec := newLedger()
 	l.ApplySubnet(dynamic("early", "later", 24, 0), Created, nil)
 	d := decide(t, l, "early")
-	if d.Reason != ipamv1.ReasonPoolNotFound || d.Message != "pool team-a/later does not exist; waiting for it to be created" {
+	if d.Reason != ipamv1.ReasonPoolNotFound || d.Message != "SubnetPool team-a/later does not exist; waiting for it to be created" {
 		t.Fatalf("before the pool: %+v", d)
 	}
 	rec.events = nil
@@ -216,14 +216,14 @@ func TestOutOfRangeAndBounds(t *testing.T) {
 		subnet *ipamv1.Subnet
 		want   string
 	}{
-		{explicit("outside", "p", "10.1.0.0/24", 0), "10.1.0.0/24 lies outside pool team-a/p (10.0.0.0/16)"},
-		{explicit("v6", "p", "2001:db8::/64", 0), "2001:db8::/64 is IPv6 but pool team-a/p (10.0.0.0/16) is IPv4"},
-		{explicit("reserved", "p", "10.0.0.128/25", 0), "10.0.0.128/25 overlaps reserved range 10.0.0.0/24 of pool team-a/p"},
-		{explicit("too-big", "p", "10.0.32.0/19", 0), "prefix length 19 is shorter than pool team-a/p's minPrefixLength 20"},
-		{dynamic("too-small", "p", 30, 0), "prefix length 30 is longer than pool team-a/p's maxPrefixLength 28"},
-		{dynamic("too-short", "p", 8, 0), "prefix length 8 does not fit pool team-a/p (10.0.0.0/16): it must be between 16 and 32"},
+		{explicit("outside", "p", "10.1.0.0/24", 0), "10.1.0.0/24: lies outside SubnetPool team-a/p (10.0.0.0/16)"},
+		{explicit("v6", "p", "2001:db8::/64", 0), "2001:db8::/64: is IPv6 but SubnetPool team-a/p (10.0.0.0/16) is IPv4"},
+		{explicit("reserved", "p", "10.0.0.128/25", 0), "10.0.0.128/25: overlaps reserved range 10.0.0.0/24 of SubnetPool team-a/p"},
+		{explicit("too-big", "p", "10.0.32.0/19", 0), "10.0.32.0/19: prefix length 19 is shorter than minPrefixLength 20 of SubnetPool team-a/p"},
+		{dynamic("too-small", "p", 30, 0), "prefix length 30 is longer than maxPrefixLength 28 of SubnetPool team-a/p"},
+		{dynamic("too-short", "p", 8, 0), "prefix length 8 does not fit SubnetPool team-a/p (10.0.0.0/16): use 16 to 32"},
 		{&ipamv1.Subnet{ObjectMeta: objMeta("no-length", 0), Spec: ipamv1.SubnetSpec{PoolRef: "p"}},
-			"the Subnet sets neither cidr nor prefixLength and pool team-a/p has no defaultPrefixLength"},
+			"the Subnet sets neither cidr nor prefixLength and SubnetPool team-a/p has no defaultPrefixLength"},
 	}
 	for _, tt := range tests {
 		l.ApplySubnet(tt.subnet, Created, nil)

@@ -62,19 +62,9 @@ func (l *Ledger) Overlapping(namespace, pool string, p netip.Prefix, exclude Cla
 	if s == nil {
 		return nil, 0
 	}
-	var found []Claimant
-	seen := map[ClaimKey]bool{}
-	s.index.Overlapping(p, func(e ipspace.Entry[ClaimKey]) bool {
-		if e.Owner == exclude || seen[e.Owner] {
-			return true
-		}
-		seen[e.Owner] = true
-		if len(found) < limit {
-			found = append(found, Claimant{Key: e.Owner, Range: e.Prefix})
-		}
-		return true
-	})
-	return found, len(seen)
+	c := collector{limit: limit, seen: map[ClaimKey]bool{exclude: true}}
+	s.index.Overlapping(p, c.add)
+	return c.found, len(c.seen) - 1
 }
 
 // Outside returns up to limit claims of a pool with a requested or held
@@ -91,19 +81,31 @@ func (l *Ledger) Outside(namespace, pool string, p netip.Prefix, limit int) ([]C
 	if s == nil {
 		return nil, 0
 	}
-	var found []Claimant
-	seen := map[ClaimKey]bool{}
+	c := collector{limit: limit, seen: map[ClaimKey]bool{}}
 	s.index.Ascend(func(e ipspace.Entry[ClaimKey]) bool {
-		if statuscalc.Contains(p, e.Prefix) || seen[e.Owner] {
-			return true
-		}
-		seen[e.Owner] = true
-		if len(found) < limit {
-			found = append(found, Claimant{Key: e.Owner, Range: e.Prefix})
+		if !statuscalc.Contains(p, e.Prefix) {
+			c.add(e)
 		}
 		return true
 	})
-	return found, len(seen)
+	return c.found, len(c.seen)
+}
+
+// collector gathers up to limit claims, each once, and counts them all.
+type collector struct {
+	limit int
+	found []Claimant
+	seen  map[ClaimKey]bool
+}
+
+func (c *collector) add(e ipspace.Entry[ClaimKey]) bool {
+	if !c.seen[e.Owner] {
+		c.seen[e.Owner] = true
+		if len(c.found) < c.limit {
+			c.found = append(c.found, Claimant{Key: e.Owner, Range: e.Prefix})
+		}
+	}
+	return true
 }
 
 // Users returns up to limit of the claims that reference a pool (Subnets

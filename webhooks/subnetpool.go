@@ -158,21 +158,12 @@ func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.
 	}
 	cidrPath := specPath.Child("cidr")
 	parentName := p.Namespace + "/" + parent.Name
-	switch {
-	case !parent.Spec.IsValid():
-		return res
-	case cidr.Addr().BitLen() != parent.Spec.Addr().BitLen():
-		res.add(reasonFamily, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("is %s but parent SubnetPool %s (%s) is %s",
-			ipspace.Family(cidr.Addr()), parentName, parent.Spec, ipspace.Family(parent.Spec.Addr()))))
-		return res
-	case !statuscalc.Contains(parent.Spec, cidr):
-		res.add(reasonOutOfRange, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("lies outside parent SubnetPool %s (%s)", parentName, parent.Spec)))
+	if !parent.Spec.IsValid() {
 		return res
 	}
-	for _, r := range parent.Reserved {
-		if r.Overlaps(cidr) {
-			res.add(reasonReserved, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("overlaps reserved range %s of parent SubnetPool %s", r, parentName)))
-		}
+	if violation := poolRules("parent SubnetPool "+parentName, parent).CheckRange(cidr, false); violation != nil {
+		res.add(violationReason(violation), field.Invalid(cidrPath, p.Spec.CIDR, violation.Detail))
+		return res
 	}
 	if found, total := v.Ledger.Overlapping(p.Namespace, p.Spec.ParentRef, cidr, ledger.PoolKey(p.Name), maxNamed); total > 0 {
 		res.add(reasonOverlap, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("overlaps %s in parent SubnetPool %s; pick a free range",

@@ -110,56 +110,49 @@ func validateSubnetInPool(spec *ipamv1.SubnetSpec, pool ledger.PoolView, namespa
 	if !pool.Spec.IsValid() {
 		return v // the pool reports its own invalid spec
 	}
-	var length int
-	lengthPath := path.Child("prefixLength")
+	rules := poolRules("SubnetPool "+poolName, pool)
 	if spec.CIDR != "" {
 		p, err := ipspace.ParseCanonical(spec.CIDR)
 		if err != nil {
 			return v // reported by validateSubnetSpec
 		}
-		cidrPath := path.Child("cidr")
-		switch {
-		case p.Addr().BitLen() != pool.Spec.Addr().BitLen():
-			v.add(reasonFamily, field.Invalid(cidrPath, spec.CIDR, fmt.Sprintf("is %s but SubnetPool %s (%s) is %s",
-				ipspace.Family(p.Addr()), poolName, pool.Spec, ipspace.Family(pool.Spec.Addr()))))
-			return v
-		case !statuscalc.Contains(pool.Spec, p):
-			v.add(reasonOutOfRange, field.Invalid(cidrPath, spec.CIDR, fmt.Sprintf("lies outside SubnetPool %s (%s)", poolName, pool.Spec)))
-			return v
-		}
-		for _, r := range pool.Reserved {
-			if r.Overlaps(p) {
-				v.add(reasonReserved, field.Invalid(cidrPath, spec.CIDR, fmt.Sprintf("overlaps reserved range %s of SubnetPool %s", r, poolName)))
-			}
-		}
-		length, lengthPath = p.Bits(), cidrPath
-	} else if spec.PrefixLength != nil {
-		length = int(*spec.PrefixLength)
-	} else {
-		length = pool.Default
-	}
-	if length < 0 {
-		if spec.CIDR == "" && spec.PrefixLength == nil {
-			v.add(reasonInvalidSpec, field.Required(path.Child("prefixLength"),
-				fmt.Sprintf("SubnetPool %s has no defaultPrefixLength; set spec.prefixLength or spec.cidr", poolName)))
+		if violation := rules.CheckRange(p, true); violation != nil {
+			v.add(violationReason(violation), field.Invalid(path.Child("cidr"), spec.CIDR, violation.Detail))
 		}
 		return v
 	}
-	width := pool.Spec.Addr().BitLen()
-	var value any = length
-	if spec.CIDR != "" {
-		value = spec.CIDR
+	length := pool.Default
+	if spec.PrefixLength != nil {
+		length = int(*spec.PrefixLength)
 	}
-	switch {
-	case length < pool.Spec.Bits() || length > width:
-		v.add(reasonPrefixBounds, field.Invalid(lengthPath, value, fmt.Sprintf("prefix length %d does not fit SubnetPool %s (%s): use %d to %d",
-			length, poolName, pool.Spec, pool.Spec.Bits(), width)))
-	case pool.Min >= 0 && length < pool.Min:
-		v.add(reasonPrefixBounds, field.Invalid(lengthPath, value, fmt.Sprintf("prefix length %d is shorter than minPrefixLength %d of SubnetPool %s", length, pool.Min, poolName)))
-	case pool.Max >= 0 && length > pool.Max:
-		v.add(reasonPrefixBounds, field.Invalid(lengthPath, value, fmt.Sprintf("prefix length %d is longer than maxPrefixLength %d of SubnetPool %s", length, pool.Max, poolName)))
+	if length < 0 {
+		v.add(reasonInvalidSpec, field.Required(path.Child("prefixLength"),
+			fmt.Sprintf("SubnetPool %s has no defaultPrefixLength; set spec.prefixLength or spec.cidr", poolName)))
+		return v
+	}
+	if violation := rules.CheckLength(length); violation != nil {
+		v.add(reasonPrefixBounds, field.Invalid(path.Child("prefixLength"), length, violation.Detail))
 	}
 	return v
+}
+
+// poolRules are the engine's rules of a pool as the ledger shows it.
+func poolRules(name string, pool ledger.PoolView) ipspace.Rules {
+	return ipspace.Rules{Name: name, Pool: pool.Spec, Reserved: pool.Reserved, MinLength: pool.Min, MaxLength: pool.Max}
+}
+
+// violationReason maps a broken rule to its admission metric label.
+func violationReason(v *ipspace.Violation) string {
+	switch v.Rule {
+	case ipspace.RuleFamily:
+		return reasonFamily
+	case ipspace.RuleOutside:
+		return reasonOutOfRange
+	case ipspace.RuleReserved:
+		return reasonReserved
+	default:
+		return reasonPrefixBounds
+	}
 }
 
 // validatePoolSpec checks what a pool's spec says on its own. On update

@@ -21,12 +21,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
@@ -42,66 +38,18 @@ var (
 	k8s client.Client
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "subnet-operator-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	root, err := environment.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	manager, err := environment.BuildManager(ctx, root, dir, false)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	env, err = environment.Start(ctx, environment.Options{
-		Dir: filepath.Join(dir, "env"), Manager: manager, Replicas: 2, ControllerManager: true,
+func TestMain(m *testing.M) {
+	opts := environment.Options{
+		Replicas: 2, ControllerManager: true,
 		ManagerArgs: []string{
 			"--leader-elect-lease-duration=" + leaseDuration.String(),
 			"--leader-elect-renew-deadline=" + renewDeadline.String(),
 			"--leader-elect-retry-period=" + retryPeriod.String(),
 		},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting the environment:", err)
-		dumpLogs(filepath.Join(dir, "env", "logs"))
-		return 1
 	}
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = ipamv1.AddToScheme(scheme)
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = -1, -1
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		env.Stop()
-		return 1
-	}
-	code := m.Run()
-	if code != 0 {
-		dumpLogs(env.LogDir())
-	}
-	env.Stop()
-	return code
-}
-
-func dumpLogs(dir string) {
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	for _, l := range logs {
-		data, _ := os.ReadFile(l)
-		if len(data) > 3000 {
-			data = data[len(data)-3000:]
-		}
-		fmt.Fprintf(os.Stderr, "--- %s:\n%s\n", filepath.Base(l), data)
-	}
+	os.Exit(environment.Main(m, opts, false, func(e *environment.Environment, c client.Client) {
+		env, k8s = e, c
+	}))
 }
 
 func namespace(t *testing.T) string {

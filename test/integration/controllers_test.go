@@ -195,7 +195,7 @@ func TestExhaustionRecoveryAndGrowth(t *testing.T) {
 	}
 	create(t, newSubnet(ns, "late", "small", 30))
 	s := subnetReason(t, ns, "late", ipamv1.ReasonPoolExhausted)
-	if c := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); c.Message != fmt.Sprintf("no free /30 block in pool %s/small (10.1.0.0/28); the pool is full; waiting for space to be freed or the pool to grow", ns) {
+	if c := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); c.Message != fmt.Sprintf("no free /30 block in SubnetPool %s/small (10.1.0.0/28); the pool is full; waiting for space to be freed or the pool to grow", ns) {
 		t.Errorf("message %q", c.Message)
 	}
 	poolShows(t, ns, "small", func(p *ipamv1.SubnetPool) error {

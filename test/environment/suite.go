@@ -1,0 +1,103 @@
+package environment
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+)
+
+// Main runs a test binary's tests against one environment, for TestMain:
+// it builds the manager (with the race detector if race), starts the
+// environment with opts, hands it and an admin client to setup, runs the
+// tests, stops everything and returns the exit code. A manager that exits
+// with an error fails the run: with race, status 66 means the race detector
+// found a race in the manager. On failure it prints the end of every log.
+func Main(m *testing.M, opts Options, race bool, setup func(*Environment, client.Client)) int {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "subnet-operator-tests-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if opts.RepoRoot == "" {
+		if opts.RepoRoot, err = RepoRoot(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if opts.Manager, err = BuildManager(ctx, opts.RepoRoot, dir, race); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	opts.Dir = filepath.Join(dir, "env")
+	env, err := Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the environment:", err)
+		dumpLogs(filepath.Join(opts.Dir, "logs"))
+		return 1
+	}
+	c, err := AdminClient(env)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		env.Stop()
+		return 1
+	}
+	setup(env, c)
+
+	code := m.Run()
+
+	for _, mgr := range env.Managers {
+		mgr.Process.Stop(15 * time.Second)
+		if err := mgr.Process.Err(); err != nil {
+			fmt.Fprintf(os.Stderr, "%s exited with %v (with the race detector, 66 means it found a race)\n", mgr.Name, err)
+			code = 1
+		}
+	}
+	if code != 0 {
+		dumpLogs(env.LogDir())
+	}
+	env.Stop()
+	return code
+}
+
+// AdminClient is a client for the cluster admin without a client-side rate
+// limit: tests are many clients at once, and the API server's priority and
+// fairness still applies.
+func AdminClient(env *Environment) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := ipamv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = -1, -1
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+// dumpLogs prints the end of each log, or from the first data race on.
+func dumpLogs(dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		if race := bytes.Index(data, []byte("WARNING: DATA RACE")); race >= 0 {
+			data = data[race:min(len(data), race+8000)]
+		} else if len(data) > 3000 {
+			data = data[len(data)-3000:]
+		}
+		fmt.Fprintf(os.Stderr, "--- %s:\n%s\n", filepath.Base(l), data)
+	}
+}
