@@ -28,6 +28,11 @@ func (e *ParseError) Error() string {
 	return e.Reason
 }
 
+// maxCIDRLength bounds the text of a CIDR: the longest, an IPv6 address
+// with an embedded IPv4 address and a /128, has 49 characters. It is also the
+// CRDs' maxLength.
+const maxCIDRLength = 64
+
 // ParsePrefix parses a CIDR strictly. Unlike netip.ParsePrefix it rejects,
 // with a message a person can act on: host bits set (peers silently mask
 // them), IPv4-mapped IPv6, zones, leading zeros, and surrounding spaces. It
@@ -39,6 +44,9 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	}
 	if s == "" {
 		return fail("must not be empty; write a CIDR such as 10.0.0.0/24 or 2001:db8::/64", "")
+	}
+	if len(s) > maxCIDRLength {
+		return fail(fmt.Sprintf("is longer than any CIDR (%d characters at most)", maxCIDRLength), "")
 	}
 	if trimmed := strings.TrimSpace(s); trimmed != s {
 		if p, err := ParsePrefix(trimmed); err == nil {

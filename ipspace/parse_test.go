@@ -152,3 +152,13 @@ func FuzzParsePrefix(f *testing.F) {
 		}
 	})
 }
+
+func TestParsePrefixTooLong(t *testing.T) {
+	_, err := ParsePrefix(strings.Repeat("1", 65))
+	if err == nil || err.Error() != "is longer than any CIDR (64 characters at most)" {
+		t.Errorf("got %v", err)
+	}
+	if _, err := ParsePrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"); err != nil {
+		t.Errorf("the longest canonical CIDR: %v", err)
+	}
+}

@@ -45,6 +45,7 @@ type flags struct {
 	subnetWorkers, poolWorkers                      int
 	reconcileTimeout                                time.Duration
 	settleMargin, freshnessTimeout                  time.Duration
+	auditInterval                                   time.Duration
 }
 
 func parseFlags() (flags, zap.Options) {
@@ -74,6 +75,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.DurationVar(&f.reconcileTimeout, "reconcile-timeout", 90*time.Second, "Bound on one reconcile.")
 	flag.DurationVar(&f.settleMargin, "settle-margin", ledger.DefaultSettleMargin, "How long after an explicit claim's creation second ends the arbiter waits for other claims of that second.")
 	flag.DurationVar(&f.freshnessTimeout, "admission-freshness-timeout", 2*time.Second, "Bound on how long an admission waits for this replica's view to catch up with the API server.")
+	flag.DurationVar(&f.auditInterval, "audit-interval", 5*time.Minute, "How often the leader checks that no two Ready claims overlap and each lies inside its pool; 0 turns the audit off.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -170,6 +172,14 @@ func run(ctx context.Context, f flags) error {
 		Options: withWorkers(common, f.poolWorkers),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("subnetpool controller: %w", err)
+	}
+
+	if f.auditInterval > 0 {
+		if err := (&reconcilers.Auditor{
+			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("subnet-operator-audit"), Interval: f.auditInterval,
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("auditor: %w", err)
+		}
 	}
 
 	// Live while the process serves; ready once the webhook server listens

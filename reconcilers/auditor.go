@@ -1,0 +1,216 @@
+package reconcilers
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go4.org/netipx"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ipspace"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// Violation types the auditor counts.
+const (
+	// ViolationOverlap: two Ready claims of a pool overlap.
+	ViolationOverlap = "overlap"
+	// ViolationOutside: a Ready claim lies outside its pool, on one of its
+	// reserved ranges, or its pool does not exist.
+	ViolationOutside = "outside"
+)
+
+// Auditor checks, periodically and on the leader, the invariant the arbiter
+// maintains: no two Ready claims of a pool overlap, and every Ready claim
+// lies inside its pool and off its reserved ranges. It reads the objects
+// from the cache, not the ledger, and checks them with code of its own, so a
+// bug in the arbiter cannot hide from it. It is the one deliberate periodic
+// pass in the operator: it looks for what no event would announce.
+type Auditor struct {
+	Client   client.Client
+	Recorder recorder.EventRecorder
+	Interval time.Duration
+}
+
+// SetupWithManager adds the auditor to the manager as a leader-only runnable.
+func (a *Auditor) SetupWithManager(mgr ctrl.Manager) error {
+	if a.Client == nil || a.Recorder == nil || a.Interval <= 0 {
+		return errors.New("the auditor needs a client, an event recorder and a positive interval")
+	}
+	auditMetricsOnce()
+	return mgr.Add(a)
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: the auditor
+// runs where the arbiter runs.
+func (a *Auditor) NeedLeaderElection() bool { return true }
+
+// Start runs a pass now and then every Interval until ctx ends.
+func (a *Auditor) Start(ctx context.Context) error {
+	log := logf.FromContext(ctx).WithName("auditor")
+	ticker := time.NewTicker(a.Interval)
+	defer ticker.Stop()
+	for {
+		if err := a.Audit(ctx); err != nil && ctx.Err() == nil {
+			log.Error(err, "Audit pass failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// Finding is one violation of the invariant.
+type Finding struct {
+	Type    string
+	Object  client.Object
+	Message string
+}
+
+// Audit runs one pass: it sets the violation gauges and records an event on
+// each offending object.
+func (a *Auditor) Audit(ctx context.Context) error {
+	var subnets ipamv1.SubnetList
+	if err := a.Client.List(ctx, &subnets); err != nil {
+		auditRuns.WithLabelValues("error").Inc()
+		return err
+	}
+	var pools ipamv1.SubnetPoolList
+	if err := a.Client.List(ctx, &pools); err != nil {
+		auditRuns.WithLabelValues("error").Inc()
+		return err
+	}
+	findings := Check(subnets.Items, pools.Items)
+	counts := map[string]int{ViolationOverlap: 0, ViolationOutside: 0}
+	for _, f := range findings {
+		counts[f.Type]++
+		a.Recorder.Eventf(f.Object, nil, corev1.EventTypeWarning, "AuditViolation", "Audit", "%s", f.Message)
+	}
+	for typ, n := range counts {
+		auditViolations.WithLabelValues(typ).Set(float64(n))
+	}
+	auditRuns.WithLabelValues("success").Inc()
+	if len(findings) > 0 {
+		logf.FromContext(ctx).Info("Audit found violations of the allocation invariant", "overlap", counts[ViolationOverlap], "outside", counts[ViolationOutside])
+	}
+	return nil
+}
+
+// held is a Ready claim's range and its object.
+type held struct {
+	prefix netip.Prefix
+	kind   string
+	object client.Object
+}
+
+// Check finds the violations among the given objects: Ready Subnets and
+// granted child pools, per pool, against the pool's range and each other.
+func Check(subnets []ipamv1.Subnet, pools []ipamv1.SubnetPool) []Finding {
+	type poolKey struct{ ns, name string }
+	byPool := map[poolKey][]held{}
+	poolsByKey := map[poolKey]*ipamv1.SubnetPool{}
+	for i := range pools {
+		p := &pools[i]
+		poolsByKey[poolKey{p.Namespace, p.Name}] = p
+		if p.Spec.ParentRef != "" && p.Status.CIDR != "" {
+			if r, err := ipspace.ParsePrefix(p.Status.CIDR); err == nil {
+				k := poolKey{p.Namespace, p.Spec.ParentRef}
+				byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnetPool, p})
+			}
+		}
+	}
+	for i := range subnets {
+		s := &subnets[i]
+		if !meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady) || s.Status.CIDR == "" {
+			continue
+		}
+		if r, err := ipspace.ParsePrefix(s.Status.CIDR); err == nil {
+			k := poolKey{s.Namespace, s.Spec.PoolRef}
+			byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnet, s})
+		}
+	}
+
+	var findings []Finding
+	for k, claims := range byPool {
+		pool := poolsByKey[k]
+		var rules *ipspace.Rules
+		if pool != nil {
+			serving := pool.Status.CIDR
+			if serving == "" {
+				serving = pool.Spec.CIDR
+			}
+			if r, err := ipspace.ParsePrefix(serving); err == nil {
+				rules = &ipspace.Rules{Name: fmt.Sprintf("SubnetPool %s/%s", k.ns, k.name), Pool: r,
+					Reserved: statuscalc.ParseReserved(pool.Spec.Reserved), MinLength: -1, MaxLength: -1}
+			}
+		}
+		for _, c := range claims {
+			switch {
+			case rules == nil:
+				findings = append(findings, Finding{ViolationOutside, c.object,
+					fmt.Sprintf("%s %s/%s holds %s but its pool %s/%s does not exist", c.kind, k.ns, c.object.GetName(), c.prefix, k.ns, k.name)})
+			case rules.CheckRange(c.prefix, false) != nil:
+				findings = append(findings, Finding{ViolationOutside, c.object,
+					fmt.Sprintf("%s %s/%s holds %s, which %s", c.kind, k.ns, c.object.GetName(), c.prefix, rules.CheckRange(c.prefix, false).Detail)})
+			}
+		}
+		// Sorted by address, a range overlaps an earlier one exactly when it
+		// starts at or before the furthest end seen so far; CIDR ranges nest
+		// or are disjoint, so the range with that end contains its start.
+		slices.SortFunc(claims, func(a, b held) int { return a.prefix.Addr().Compare(b.prefix.Addr()) })
+		var furthest *held
+		for i := range claims {
+			c := &claims[i]
+			if furthest != nil && furthest.prefix.Addr().BitLen() == c.prefix.Addr().BitLen() &&
+				!netipx.PrefixLastIP(furthest.prefix).Less(c.prefix.Addr()) {
+				findings = append(findings, Finding{ViolationOverlap, c.object,
+					fmt.Sprintf("%s %s/%s holds %s, which overlaps %s %s/%s (%s), also Ready",
+						c.kind, k.ns, c.object.GetName(), c.prefix, furthest.kind, k.ns, furthest.object.GetName(), furthest.prefix)})
+			}
+			if furthest == nil || furthest.prefix.Addr().BitLen() != c.prefix.Addr().BitLen() ||
+				netipx.PrefixLastIP(furthest.prefix).Less(netipx.PrefixLastIP(c.prefix)) {
+				furthest = c
+			}
+		}
+	}
+	slices.SortStableFunc(findings, func(a, b Finding) int {
+		if c := cmp.Compare(a.Object.GetNamespace(), b.Object.GetNamespace()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Object.GetName(), b.Object.GetName())
+	})
+	return findings
+}
+
+var (
+	auditViolations = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "subnet_operator_audit_violations",
+		Help: "Violations of the allocation invariant found by the last audit pass, by type (overlap: two Ready claims of a pool overlap; outside: a Ready claim outside its pool or on a reserved range).",
+	}, []string{"type"})
+	auditRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "subnet_operator_audit_runs_total",
+		Help: "Audit passes, by result (success, error).",
+	}, []string{"result"})
+)
+
+var registerAuditOnce sync.Once
+
+func auditMetricsOnce() {
+	registerAuditOnce.Do(func() { metrics.Registry.MustRegister(auditViolations, auditRuns) })
+}

@@ -1,0 +1,55 @@
+package reconcilers
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+)
+
+func readySubnet(ns, name, pool, cidr string) ipamv1.Subnet {
+	return ipamv1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       ipamv1.SubnetSpec{PoolRef: pool},
+		Status: ipamv1.SubnetStatus{CIDR: cidr, Conditions: []metav1.Condition{
+			{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated}}},
+	}
+}
+
+func TestAuditCheck(t *testing.T) {
+	pool := ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"},
+		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/16", Reserved: []string{"10.0.127.0/24"}}, Status: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16"}}
+	granted := ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "child"},
+		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.128.0/17", ParentRef: "p"}, Status: ipamv1.SubnetPoolStatus{CIDR: "10.0.128.0/17"}}
+	pending := readySubnet("a", "pending", "p", "10.0.1.0/24")
+	pending.Status.Conditions[0].Status = metav1.ConditionFalse
+	subnets := []ipamv1.Subnet{
+		readySubnet("a", "big", "p", "10.0.0.0/22"),
+		readySubnet("a", "inside-big", "p", "10.0.2.0/24"), // overlaps big
+		readySubnet("a", "fine", "p", "10.0.8.0/24"),
+		readySubnet("a", "adjacent", "p", "10.0.9.0/24"), // adjacent: fine
+		readySubnet("a", "in-child", "p", "10.0.200.0/24"),
+		readySubnet("a", "reserved", "p", "10.0.127.0/25"),
+		readySubnet("a", "far", "p", "192.168.0.0/24"),
+		readySubnet("a", "orphan", "gone", "10.0.0.0/24"),
+		readySubnet("b", "other-namespace", "p", "10.0.0.0/22"), // pool b/p does not exist
+		pending, // not Ready: not checked
+	}
+	var got []string
+	for _, f := range Check(subnets, []ipamv1.SubnetPool{pool, granted}) {
+		got = append(got, f.Type+": "+f.Message)
+	}
+	want := []string{
+		"outside: Subnet a/far holds 192.168.0.0/24, which lies outside SubnetPool a/p (10.0.0.0/16)",
+		"overlap: Subnet a/in-child holds 10.0.200.0/24, which overlaps SubnetPool a/child (10.0.128.0/17), also Ready",
+		"overlap: Subnet a/inside-big holds 10.0.2.0/24, which overlaps Subnet a/big (10.0.0.0/22), also Ready",
+		"outside: Subnet a/orphan holds 10.0.0.0/24 but its pool a/gone does not exist",
+		"outside: Subnet a/reserved holds 10.0.127.0/25, which overlaps reserved range 10.0.127.0/24 of SubnetPool a/p",
+		"outside: Subnet b/other-namespace holds 10.0.0.0/22 but its pool b/p does not exist",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+}
