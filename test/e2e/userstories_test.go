@@ -156,3 +156,65 @@ func TestRBACHasNoWildcards(t *testing.T) {
 		t.Errorf("found %d roles in config/default", roles)
 	}
 }
+
+// The manager runs restricted: non-root, read-only root filesystem, no
+// privilege escalation, no capabilities, in a namespace that enforces the
+// restricted Pod Security Standard.
+func TestDeploymentIsRestricted(t *testing.T) {
+	rendered := mustKubectl(t, "", "kustomize", filepath.Join(env.RepoRoot, "config", "default"))
+	var found bool
+	for _, doc := range strings.Split(rendered, "\n---\n") {
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+			Spec struct {
+				Template struct {
+					Spec struct {
+						SecurityContext struct {
+							RunAsNonRoot   *bool `json:"runAsNonRoot"`
+							SeccompProfile struct {
+								Type string `json:"type"`
+							} `json:"seccompProfile"`
+						} `json:"securityContext"`
+						Containers []struct {
+							SecurityContext struct {
+								AllowPrivilegeEscalation *bool `json:"allowPrivilegeEscalation"`
+								ReadOnlyRootFilesystem   *bool `json:"readOnlyRootFilesystem"`
+								Capabilities             struct {
+									Drop []string `json:"drop"`
+								} `json:"capabilities"`
+							} `json:"securityContext"`
+						} `json:"containers"`
+					} `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		switch obj.Kind {
+		case "Namespace":
+			if obj.Metadata.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+				t.Errorf("the namespace does not enforce the restricted Pod Security Standard: %v", obj.Metadata.Labels)
+			}
+		case "Deployment":
+			found = true
+			pod := obj.Spec.Template.Spec
+			if pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.SeccompProfile.Type != "RuntimeDefault" {
+				t.Errorf("pod security context: %+v", pod.SecurityContext)
+			}
+			for _, c := range pod.Containers {
+				sc := c.SecurityContext
+				if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+					len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+					t.Errorf("container security context: %+v", sc)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no Deployment in config/default")
+	}
+}

@@ -28,7 +28,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(environment.Main(m, environment.Options{}, true, func(e *environment.Environment, c client.Client) {
+	// A short audit interval, so the auditor's findings show within a test.
+	opts := environment.Options{ManagerArgs: []string{"--audit-interval=1s"}}
+	os.Exit(environment.Main(m, opts, true, func(e *environment.Environment, c client.Client) {
 		env, k8s = e, c
 	}))
 }
