@@ -51,7 +51,7 @@ func TestAuditorReportsInjectedViolation(t *testing.T) {
 	eventually(t, 30*time.Second, func() error {
 		out, _, err := kubectl(t, "", "get", "events", "-n", ns, "--field-selector", "reason=AuditViolation", "-o", "jsonpath={.items[*].note}{.items[*].message}")
 		if err != nil || !strings.Contains(out, fmt.Sprintf("Subnet %s/b holds 10.70.1.128/25, which overlaps Subnet %s/a (10.70.1.0/24), also Ready", ns, ns)) {
-			return fmt.Errorf("no audit event yet: %v %q", err, out)
+			return fmt.Errorf("no audit event yet (%q): %w", out, err)
 		}
 		return nil
 	})
@@ -68,7 +68,7 @@ func TestAuditorReportsInjectedViolation(t *testing.T) {
 	eventually(t, 30*time.Second, func() error {
 		_, body, err := env.Scrape(ctx, env.Managers[0], token)
 		if err != nil || !strings.Contains(body, `subnet_operator_audit_violations{type="overlap"} 0`) {
-			return fmt.Errorf("still reported: %v", err)
+			return fmt.Errorf("still reported: %w", err)
 		}
 		return nil
 	})
