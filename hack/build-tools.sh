@@ -7,8 +7,10 @@
 #   bin/cert-manager-<v>/   cert-manager-local (our launcher) and its CRDs
 #   bin/prometheus-operator-<v>/crds   the ServiceMonitor and PrometheusRule
 #                           CRDs, to check config/ against a real API server
+#   bin/prometheus-<v>/     prometheus and promtool, to test the alert rules
+#                           and the dashboard against the running manager
 # Then it points bin/assets/ (what KUBEBUILDER_ASSETS names) at them.
-# A first build takes ~15 minutes on 2 cores; later runs find the cache and
+# A first build takes ~30 minutes on 2 cores; later runs find the cache and
 # return at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,7 @@ modversion() {
 k8s_version=$(modversion hack/tools/kube k8s.io/kubernetes)
 etcd_version=$(modversion hack/tools/etcd go.etcd.io/etcd/server/v3)
 cm_version=$(modversion hack/tools/certmanager github.com/cert-manager/cert-manager)
+prom_version=$(modversion hack/tools/prometheus github.com/prometheus/prometheus)
 # Newer versions are refused by the module proxy here; only CRDs are used.
 promop_version=v0.85.0
 
@@ -78,6 +81,19 @@ if [ ! -f "$promop_dir/.complete" ]; then
   touch "$promop_dir/.complete"
 fi
 
+prom_dir=$bin/prometheus-$prom_version
+if [ ! -f "$prom_dir/.complete" ]; then
+  echo "Building prometheus and promtool $prom_version into bin/ (once; ~12 min on 2 cores)"
+  # Module v0.3XY.Z is Prometheus 3.XY.Z; stamp it as Prometheus' build does.
+  minor=$(echo "$prom_version" | cut -d. -f2)
+  patch=$(echo "$prom_version" | cut -d. -f3)
+  ldflags="-s -w -X github.com/prometheus/common/version.Version=${minor:0:1}.$((10#${minor:1})).$patch"
+  mkdir -p "$prom_dir"
+  (cd hack/tools/prometheus && go build -trimpath -ldflags "$ldflags" -o "$prom_dir/" \
+    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool)
+  touch "$prom_dir/.complete"
+fi
+
 assets=$bin/assets
 mkdir -p "$assets"
 ln -sfn "$k8s_dir/kube-apiserver" "$assets/kube-apiserver"
@@ -87,3 +103,5 @@ ln -sfn "$etcd_dir/etcd" "$assets/etcd"
 ln -sfn "$cm_dir/cert-manager-local" "$assets/cert-manager-local"
 ln -sfn "$cm_dir/crds" "$assets/cert-manager-crds"
 ln -sfn "$promop_dir/crds" "$assets/prometheus-operator-crds"
+ln -sfn "$prom_dir/prometheus" "$assets/prometheus"
+ln -sfn "$prom_dir/promtool" "$assets/promtool"
