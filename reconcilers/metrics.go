@@ -134,5 +134,24 @@ func registerMetrics(l *ledger.Ledger) {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(parentRequeues, parentReconcileDuration, parentReconcileInflight,
 			allocationDuration, arbitrationConflicts, statusWrites, &poolCollector{ledger: l})
+		// Every known label value is exported at zero from the start. A
+		// series that first appears with the count of a whole burst has no
+		// increase to show (rate() needs an earlier sample), and an error
+		// ratio should read 0 on a healthy manager, not "no data".
+		for _, result := range []string{"success", "error"} {
+			parentReconcileDuration.WithLabelValues(result)
+		}
+		for _, typ := range []ledger.EventType{ledger.Created, ledger.Updated, ledger.Deleted} {
+			parentRequeues.WithLabelValues(string(typ))
+		}
+		for _, claim := range []string{"explicit", "dynamic"} {
+			allocationDuration.WithLabelValues(claim)
+		}
+		// Subnet status is patched without a precondition: no conflicts.
+		statusWrites.WithLabelValues(statuscalc.KindSubnet, "success")
+		statusWrites.WithLabelValues(statuscalc.KindSubnet, "error")
+		for _, result := range []string{"success", "conflict", "error"} {
+			statusWrites.WithLabelValues(statuscalc.KindSubnetPool, result)
+		}
 	})
 }

@@ -196,6 +196,17 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(admissionDecisions, freshnessWait, staleDecisions)
+	// Export the series at zero before the first request: an error ratio
+	// reads 0, not "no data", and a burst right after start shows in
+	// rate() (a series that first appears with the burst's count has no
+	// earlier sample to increase from).
+	for _, kind := range []string{statuscalc.KindSubnet, statuscalc.KindSubnetPool} {
+		freshnessWait.WithLabelValues(kind)
+		for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update, admissionv1.Delete} {
+			admissionDecisions.WithLabelValues(kind, string(op), "error", "internal")
+		}
+		staleDecisions.WithLabelValues(kind)
+	}
 }
 
 // fieldPath helpers, shared by both kinds.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -172,6 +174,17 @@ func run(ctx context.Context, f flags) error {
 		Options: withWorkers(common, f.poolWorkers),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("subnetpool controller: %w", err)
+	}
+
+	// The certificates' expiry, for the dashboard and the expiry alert. The
+	// metrics server generates its own certificate in memory when no
+	// directory is given: nothing to report then.
+	certFiles := map[string]string{"webhook": filepath.Join(f.webhookCertDir, f.webhookCertName)}
+	if f.secureMetrics && f.metricsCertDir != "" {
+		certFiles["metrics"] = filepath.Join(f.metricsCertDir, f.metricsCertName)
+	}
+	if err := metrics.Registry.Register(&certificateExpiry{files: certFiles}); err != nil {
+		return fmt.Errorf("registering the certificate metrics: %w", err)
 	}
 
 	if f.auditInterval > 0 {
