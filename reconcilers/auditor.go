@@ -212,5 +212,10 @@ var (
 var registerAuditOnce sync.Once
 
 func auditMetricsOnce() {
-	registerAuditOnce.Do(func() { metrics.Registry.MustRegister(auditViolations, auditRuns) })
+	registerAuditOnce.Do(func() {
+		metrics.Registry.MustRegister(auditViolations, auditRuns)
+		// At zero from the start, so increase() counts the first pass.
+		auditRuns.WithLabelValues("success")
+		auditRuns.WithLabelValues("error")
+	})
 }
