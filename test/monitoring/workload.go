@@ -1,0 +1,118 @@
+package monitoring
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+)
+
+// Workload does in namespace what a platform team does on a normal day, so
+// that the manager exports every series the dashboard and the alerts name:
+// a pool with a child pool carved from it, dynamic and explicit Subnets, a
+// small pool filled past its last block (two Subnets wait, PoolExhausted),
+// requests the webhooks deny (an overlap, a range outside the pool), an
+// update and some deletes. It returns once the controllers have decided
+// every Subnet. The Subnets it leaves behind keep the pool gauges alive.
+func Workload(ctx context.Context, c client.Client, namespace string) error {
+	pool := func(name, cidr, parent string, defaultLength int32) *ipamv1.SubnetPool {
+		return &ipamv1.SubnetPool{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+			Spec:       ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: parent, DefaultPrefixLength: ptr.To(defaultLength)},
+		}
+	}
+	subnet := func(name, poolRef, cidr string) *ipamv1.Subnet {
+		return &ipamv1.Subnet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+			Spec:       ipamv1.SubnetSpec{PoolRef: poolRef, CIDR: cidr},
+		}
+	}
+	var objects []client.Object
+	objects = append(objects,
+		pool("datacenter", "10.40.0.0/16", "", 24),
+		pool("team-a", "10.40.0.0/20", "datacenter", 26),
+		pool("tiny", "10.50.0.0/28", "", 30))
+	for i := range 12 {
+		objects = append(objects, subnet(fmt.Sprintf("team-a-%02d", i), "team-a", ""))
+	}
+	for i := range 3 {
+		objects = append(objects, subnet(fmt.Sprintf("rack-%d", i), "datacenter", fmt.Sprintf("10.40.%d.0/24", 32+i)))
+	}
+	// Four /30 blocks in a /28: the fifth and sixth claim wait.
+	for i := range 6 {
+		objects = append(objects, subnet(fmt.Sprintf("tiny-%d", i), "tiny", ""))
+	}
+	for _, o := range objects {
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+
+	// Denied: an overlap with rack-0 and a range outside the pool.
+	for _, bad := range []*ipamv1.Subnet{
+		subnet("overlaps-rack-0", "datacenter", "10.40.32.0/25"),
+		subnet("outside", "team-a", "10.41.0.0/24"),
+	} {
+		if err := c.Create(ctx, bad); !apierrors.IsInvalid(err) {
+			return fmt.Errorf("creating Subnet %s: want the webhook to deny it as invalid, got %w", bad.Name, err)
+		}
+	}
+
+	if err := waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 19, ipamv1.ReasonPoolExhausted: 2}); err != nil {
+		return err
+	}
+
+	// An update and three deletes: the parent pools requeue for each.
+	var s ipamv1.Subnet
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "team-a-00"}, &s); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(s.DeepCopy())
+	s.Labels = map[string]string{"tier": "frontend"}
+	if err := c.Patch(ctx, &s, patch); err != nil {
+		return err
+	}
+	for i := 9; i < 12; i++ {
+		if err := c.Delete(ctx, subnet(fmt.Sprintf("team-a-%02d", i), "team-a", "")); err != nil {
+			return err
+		}
+	}
+	return waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 16, ipamv1.ReasonPoolExhausted: 2})
+}
+
+// waitDecided waits until the namespace's Subnets count want by the reason
+// of their Ready condition.
+func waitDecided(ctx context.Context, c client.Client, namespace string, want map[string]int) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var got map[string]int
+	for {
+		var list ipamv1.SubnetList
+		if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			return err
+		}
+		got = map[string]int{}
+		for _, s := range list.Items {
+			reason := ipamv1.ReasonPending
+			if cond := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); cond != nil {
+				reason = cond.Reason
+			}
+			got[reason]++
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("subnets of %s by Ready reason: got %v, want %v", namespace, got, want)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
