@@ -59,6 +59,10 @@ dev: tools build ## Run a local control plane with cert-manager, the operator an
 	go build -o $(LOCALBIN)/dev ./hack/dev
 	KUBEBUILDER_ASSETS=$(ASSETS) $(LOCALBIN)/dev --dir .dev --manager $(LOCALBIN)/manager
 
+.PHONY: dashboard-snapshot
+dashboard-snapshot: tools build ## Render every Grafana panel, evaluated by Prometheus over a local workload, to .dev/dashboard-snapshot.html (~3 min).
+	KUBEBUILDER_ASSETS=$(ASSETS) go run ./hack/dashboard-snapshot --out .dev/dashboard-snapshot.html --manager $(LOCALBIN)/manager
+
 ##@ Deployment
 
 KUBECTL ?= kubectl
@@ -85,7 +89,7 @@ bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc, webhook handle
 ##@ Tools
 
 .PHONY: tools
-tools: ## Build the control plane's binaries into bin/ (once; ~15 min on 2 cores).
+tools: ## Build the control plane's binaries and Prometheus into bin/ (once; ~30 min on 2 cores).
 	LOCALBIN=$(LOCALBIN) hack/build-tools.sh
 
 $(BENCHSTAT):
