@@ -33,7 +33,7 @@ import (
 )
 
 type flags struct {
-	metricsAddr, probeAddr                          string
+	metricsAddr, probeAddr, pprofAddr               string
 	secureMetrics, enableHTTP2                      bool
 	metricsCertDir, metricsCertName, metricsKeyName string
 	webhookHost                                     string
@@ -58,6 +58,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.StringVar(&f.metricsCertName, "metrics-cert-name", "tls.crt", "Certificate file name in --metrics-cert-dir.")
 	flag.StringVar(&f.metricsKeyName, "metrics-key-name", "tls.key", "Key file name in --metrics-cert-dir.")
 	flag.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
+	flag.StringVar(&f.pprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints, plain HTTP and unauthenticated: bind it to 127.0.0.1 and port-forward; empty: off.")
 	flag.StringVar(&f.webhookHost, "webhook-host", "", "Address the webhook server binds to; empty: all interfaces.")
 	flag.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the webhook server.")
 	flag.StringVar(&f.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the webhook's serving certificate; rotated files are picked up without restart.")
@@ -130,6 +131,7 @@ func run(ctx context.Context, f flags) error {
 			TLSOpts: tlsOpts,
 		}),
 		HealthProbeBindAddress:        f.probeAddr,
+		PprofBindAddress:              f.pprofAddr,
 		LeaderElection:                f.leaderElect,
 		LeaderElectionID:              f.leaderElectionID,
 		LeaderElectionNamespace:       f.leaderElectionNS,
