@@ -22,6 +22,9 @@ CONTROLLER_GEN ?= go tool controller-gen
 # Benchmarks: -count 5 so that docs/benchmarks.md can report medians.
 BENCH_COUNT ?= 5
 BENCH_TIME ?= 1s
+# Load runs (test/load): Subnets per run (comma-separated) and clients.
+LOAD_N ?= 1000
+LOAD_CLIENTS ?= 8
 
 ##@ General
 
@@ -82,9 +85,14 @@ test: tools ## Run every test: unit, integration and end-to-end, with the race d
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -count=1 -timeout 40m -tags integration,e2e ./...
 
 .PHONY: bench
-bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc, webhook handler) and print medians; see docs/benchmarks.md.
+bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc, webhook handler), then the load run (make load); see docs/benchmarks.md.
 	go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./ipspace/... ./statuscalc/... ./webhooks/... | tee $(LOCALBIN)/bench.txt
 	$(BENCHSTAT) $(LOCALBIN)/bench.txt
+	$(MAKE) load
+
+.PHONY: load
+load: tools build ## Fill a pool through a real API server, webhooks on and off: LOAD_N=1000,10000 LOAD_CLIENTS=8; profiles in bin/load-profiles.
+	KUBEBUILDER_ASSETS=$(ASSETS) go run ./test/load -n $(LOAD_N) -clients $(LOAD_CLIENTS) -manager $(LOCALBIN)/manager -profiles $(LOCALBIN)/load-profiles
 
 ##@ Tools
 

@@ -1,0 +1,209 @@
+// Command load drives a local control plane (etcd, kube-apiserver,
+// cert-manager and one manager, all on 127.0.0.1) the way a busy cluster
+// would: C clients fill one pool with N Subnets, explicit and dynamic mixed,
+// while it measures what docs/benchmarks.md reports: create throughput,
+// admission latency as the API server and as the webhook see it, the time
+// from a create to the Subnet's Ready and to the pool's status counting
+// it, pool status reconcile time, the manager's CPU, memory and API
+// requests. Each N runs twice on a fresh control plane, with the webhooks
+// and without them, so the webhooks' cost is a ratio from one invocation.
+//
+//	go run ./test/load -n 1000,10000 -manager bin/manager
+//
+// It needs KUBEBUILDER_ASSETS (bin/assets, `make tools`). Figures are
+// printed, never asserted: these machines are shared and noisy.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+func main() {
+	sizes := flag.String("n", "1000", "Comma-separated numbers of Subnets, one run pair each.")
+	clients := flag.Int("clients", 8, "Concurrent clients creating Subnets.")
+	explicitEvery := flag.Int("explicit-every", 4, "Every k-th Subnet claims an explicit CIDR; the others ask for a prefix length.")
+	manager := flag.String("manager", "bin/manager", "The manager binary (a release build: make build).")
+	managerArgs := flag.String("manager-args", "--kube-api-qps=500 --kube-api-burst=1000",
+		"Extra manager flags. The default raises the client-side API limit (50/s) as docs/operations.md advises for large pools; each Subnet costs one status write.")
+	modes := flag.String("webhooks", "on,off", "Runs per N: on (as installed), off (webhook configurations deleted).")
+	profiles := flag.String("profiles", "", "Directory for the manager's CPU (first 30 s of creates) and heap profiles, per N, of the webhooks-on run; empty: none.")
+	out := flag.String("out", "", "Also append the report to this file.")
+	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // the figures are the output
+	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *modes, *profiles, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, modes, profiles, out string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	manager, err := filepath.Abs(manager)
+	if err != nil {
+		return err
+	}
+	var w io.Writer = os.Stdout
+	if out != "" {
+		f, err := os.OpenFile(out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		w = io.MultiWriter(os.Stdout, f)
+	}
+	for _, field := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-n: %q is not a positive number", field)
+		}
+		results := map[string]*result{}
+		var order []string
+		for _, mode := range strings.Split(modes, ",") {
+			mode = strings.TrimSpace(mode)
+			if mode != "on" && mode != "off" {
+				return fmt.Errorf("-webhooks: %q is neither on nor off", mode)
+			}
+			cfg := runConfig{
+				n: n, clients: clients, explicitEvery: explicitEvery, webhooks: mode == "on",
+				manager: manager, managerArgs: strings.Fields(managerArgs),
+				wait: 5*time.Minute + time.Duration(n)*20*time.Millisecond,
+			}
+			if profiles != "" && mode == "on" {
+				cfg.profileDir = filepath.Join(profiles, strconv.Itoa(n))
+			}
+			fmt.Fprintf(os.Stderr, "load: N=%d, %d clients, webhooks %s ...\n", n, clients, mode)
+			r, err := run(ctx, cfg)
+			if err != nil {
+				return fmt.Errorf("%d Subnets, webhooks %s: %w", n, mode, err)
+			}
+			results[mode] = r
+			order = append(order, mode)
+		}
+		report(w, n, clients, explicitEvery, managerArgs, order, results)
+	}
+	return nil
+}
+
+// report prints one markdown table per N.
+func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, order []string, results map[string]*result) {
+	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format, args...) }
+	p("\n### N = %d\n\n", n)
+	p("%d clients, one Subnet in %d explicit, /28s in a /8; manager flags `%s`; %s, %d CPUs, %s.\n\n",
+		clients, explicitEvery, managerArgs, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version())
+	header := "| | " + strings.Join(mapModes(order, func(m string) string { return "webhooks " + m }), " | ") + " |"
+	p("%s\n|---|%s\n", header, strings.Repeat("---|", len(order)))
+	row := func(name string, cell func(r *result) string) {
+		cells := mapModes(order, func(m string) string { return cell(results[m]) })
+		p("| %s | %s |\n", name, strings.Join(cells, " | "))
+	}
+	pct := func(values []float64) string {
+		q := percentiles(values, 0.5, 0.99)
+		return seconds(q[0]) + " / " + seconds(q[1])
+	}
+	hq := func(h histogram) string {
+		if h.count == 0 {
+			return "–"
+		}
+		return seconds(h.quantile(0.5)) + " / " + seconds(h.quantile(0.99))
+	}
+	share := func(h histogram, bound float64) string {
+		if h.count == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f%%", 100*h.fractionWithin(bound))
+	}
+	perSubnet := func(r *result, v float64) float64 { return v / float64(max(r.created, 1)) }
+
+	row("Subnets created / denied / failed", func(r *result) string { return fmt.Sprintf("%d / %d / %d", r.created, r.denied, r.failed) })
+	row("create throughput", func(r *result) string {
+		return fmt.Sprintf("%.0f /s", float64(r.created)/r.createWall.Seconds())
+	})
+	row("create latency, client, p50 / p99", func(r *result) string { return pct(r.createLatency) })
+	row("API server: validating webhook p50 / p99", func(r *result) string { return hq(r.validating) })
+	row("API server: validating webhook within 5 ms", func(r *result) string { return share(r.validating, 0.005) })
+	row("API server: mutating webhook p50 / p99", func(r *result) string { return hq(r.mutating) })
+	row("API server: mutating webhook within 5 ms", func(r *result) string { return share(r.mutating, 0.005) })
+	row("manager: validating webhook within 1 ms / 10 ms", func(r *result) string {
+		if r.webhookLatency.count == 0 {
+			return "–"
+		}
+		return share(r.webhookLatency, 0.001) + " / " + share(r.webhookLatency, 0.01)
+	})
+	row("manager: freshness read p50 / p99", func(r *result) string { return hq(r.freshness) })
+	row("create → Ready, dynamic, p50 / p99", func(r *result) string { return pct(r.readyDynamic) })
+	row("create → Ready, explicit, p50 / p99", func(r *result) string { return pct(r.readyExplicit) })
+	row("create → pool status counts it, p50 / p99", func(r *result) string { return pct(r.poolStatus) })
+	row("pool status reconcile p50 / p99 (count)", func(r *result) string {
+		return fmt.Sprintf("%s (%.0f)", hq(r.poolReconcile), r.poolReconcile.count)
+	})
+	row("first create → pool status final", func(r *result) string { return seconds(r.settled.Seconds()) })
+	row("Subnets not Ready / duplicate ranges", func(r *result) string {
+		return fmt.Sprintf("%d / %d", r.notReadyTotal(), r.duplicates)
+	})
+	row("manager CPU (per 1k Subnets)", func(r *result) string {
+		return fmt.Sprintf("%.1f s (%.2f s)", r.managerCPU, 1000*perSubnet(r, r.managerCPU))
+	})
+	row("kube-apiserver / etcd CPU", func(r *result) string {
+		return fmt.Sprintf("%.1f s / %.1f s", r.apiserverCPU, r.etcdCPU)
+	})
+	row("manager RSS / heap in use after GC", func(r *result) string {
+		return fmt.Sprintf("%.0f MiB / %.0f MiB", r.managerRSS/(1<<20), r.managerHeap/(1<<20))
+	})
+	row("manager heap per Subnet", func(r *result) string {
+		return fmt.Sprintf("%.1f KiB, %.0f objects", perSubnet(r, r.managerHeap)/1024, perSubnet(r, r.heapObjects))
+	})
+	row("manager requests to the API server per Subnet", func(r *result) string {
+		return fmt.Sprintf("%.2f", perSubnet(r, r.managerRequests))
+	})
+	verbs := map[string]bool{}
+	for _, m := range order {
+		for k := range results[m].requests {
+			if k != "CREATE subnets" { // the load itself
+				verbs[k] = true
+			}
+		}
+	}
+	keys := make([]string, 0, len(verbs))
+	for k := range verbs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		row("API server: "+k+" per Subnet", func(r *result) string { return fmt.Sprintf("%.2f", perSubnet(r, r.requests[k])) })
+	}
+	if on, off := results["on"], results["off"]; on != nil && off != nil {
+		a, b := percentiles(on.createLatency, 0.5, 0.99), percentiles(off.createLatency, 0.5, 0.99)
+		p("\nThe webhooks add %s at p50 and %s at p99 to a create (client side, on minus off); throughput on/off: %.2f.\n",
+			seconds(a[0]-b[0]), seconds(a[1]-b[1]),
+			(float64(on.created)/on.createWall.Seconds())/(float64(off.created)/off.createWall.Seconds()))
+	}
+	for _, m := range order {
+		if r := results[m]; r.notReadyTotal() > 0 {
+			p("\nWebhooks %s: Subnets not Ready by last reason: %v\n", m, r.notReady)
+		}
+	}
+}
+
+func mapModes(order []string, f func(string) string) []string {
+	out := make([]string, len(order))
+	for i, m := range order {
+		out[i] = f(m)
+	}
+	return out
+}

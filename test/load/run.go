@@ -1,0 +1,524 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/test/controlplane"
+	"github.com/subnet-operator/subnet-operator/test/environment"
+)
+
+const (
+	namespace    = "load"
+	poolName     = "load"
+	poolCIDR     = "10.0.0.0/8"
+	subnetLength = 28 // 16 addresses: the pool's allocated count / 16 is its Ready Subnets
+	// Explicit claims take the first /28 of consecutive /24s in the top half
+	// of the pool. Best-fit allocation fills the smallest free block first,
+	// so dynamic claims fill the holes those leave (15 per /24, against 3
+	// dynamic claims per explicit one) and the bottom half, and do not
+	// reach the next explicit claim's /24: the two kinds should not
+	// collide, so every Subnet should end Ready. (Contiguous explicit
+	// claims would collide: the hole next to the last one is always the
+	// smallest block.)
+	explicitBase   = "10.128.0.0"
+	explicitStride = 24
+)
+
+// runConfig is one load run: N Subnets by C clients, webhooks on or off.
+type runConfig struct {
+	n, clients, explicitEvery int
+	webhooks                  bool
+	manager                   string
+	managerArgs               []string
+	profileDir                string // where to write pprof profiles; empty: none
+	wait                      time.Duration
+}
+
+// result is what a run measured.
+type result struct {
+	created, denied, failed           int
+	createWall                        time.Duration
+	createLatency                     []float64 // seconds, client side
+	readyDynamic, readyExplicit       []float64 // create sent -> Ready seen
+	poolStatus                        []float64 // create sent -> pool status counts it
+	notReady                          map[string]int
+	duplicates                        int
+	settled                           time.Duration // first create -> last pool status
+	validating, mutating              histogram     // API server's view of the webhooks
+	webhookLatency                    histogram     // controller-runtime's, inside the manager
+	freshness                         histogram     // the freshness barrier's wait
+	poolReconcile                     histogram
+	managerRequests                   float64 // rest_client_requests_total delta
+	requests                          map[string]float64
+	managerCPU, apiserverCPU, etcdCPU float64 // seconds during the run
+	managerRSS, managerHeap           float64 // bytes at the end, after a GC
+	heapObjects                       float64
+}
+
+func (r *result) notReadyTotal() int {
+	total := 0
+	for _, n := range r.notReady {
+		total += n
+	}
+	return total
+}
+
+// tracker records when each Subnet is first seen Ready and when the pool's
+// status counts k Ready Subnets, from the tool's own informers.
+type tracker struct {
+	mu          sync.Mutex
+	ready       map[string]time.Time
+	cidrs       map[string]string
+	poolCounts  []poolSample      // increasing counts
+	lastReasons map[string]string // Ready's reason, once decided
+}
+
+type poolSample struct {
+	count int
+	at    time.Time
+}
+
+func (t *tracker) subnet(obj any) {
+	s, ok := obj.(*ipamv1.Subnet)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	c := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c == nil || c.Reason == ipamv1.ReasonPending {
+		return
+	}
+	t.lastReasons[s.Name] = c.Reason
+	if c.Status == metav1.ConditionTrue {
+		if _, seen := t.ready[s.Name]; !seen {
+			t.ready[s.Name] = now
+		}
+		t.cidrs[s.Name] = s.Status.CIDR
+	}
+}
+
+func (t *tracker) pool(obj any) {
+	p, ok := obj.(*ipamv1.SubnetPool)
+	if !ok || p.Name != poolName || p.Status.Allocated == "" {
+		return
+	}
+	var allocated float64
+	if _, err := fmt.Sscan(p.Status.Allocated, &allocated); err != nil {
+		return
+	}
+	count := int(allocated) / (1 << (32 - subnetLength))
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.poolCounts); n == 0 || count > t.poolCounts[n-1].count {
+		t.poolCounts = append(t.poolCounts, poolSample{count: count, at: now})
+	}
+}
+
+// progress is how many Subnets are decided (Ready, or not Ready for a
+// reason other than Pending), how many are Ready, and how many Ready ones
+// the pool's status counts.
+func (t *tracker) progress() (decided, ready, counted int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.poolCounts); n > 0 {
+		counted = t.poolCounts[n-1].count
+	}
+	return len(t.lastReasons), len(t.ready), counted
+}
+
+func subnetName(i int) string { return fmt.Sprintf("s-%06d", i) }
+
+// explicitCIDR is the i-th explicit claim's range.
+func explicitCIDR(k int) string {
+	base := netip.MustParseAddr(explicitBase).As4()
+	v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	v += uint32(k) << (32 - explicitStride)
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), subnetLength).String()
+}
+
+func newSubnet(i, explicitEvery int) (*ipamv1.Subnet, bool) {
+	s := &ipamv1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Name: subnetName(i), Namespace: namespace},
+		Spec:       ipamv1.SubnetSpec{PoolRef: poolName},
+	}
+	if explicitEvery > 0 && i%explicitEvery == 0 {
+		s.Spec.CIDR = explicitCIDR(i / explicitEvery)
+		return s, true
+	}
+	length := int32(subnetLength)
+	s.Spec.PrefixLength = &length // set, not defaulted: the same objects with the webhooks off
+	return s, false
+}
+
+func scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, ipamv1.AddToScheme(s)
+}
+
+// run starts a fresh control plane and manager, fills one pool and measures.
+func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
+	dir, err := os.MkdirTemp("", "subnet-operator-load-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	pprofAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	env, err := environment.Start(ctx, environment.Options{
+		Dir: filepath.Join(dir, "env"), Manager: cfg.manager, Replicas: 1,
+		ManagerArgs: append([]string{"--pprof-bind-address=" + pprofAddr, "--zap-log-level=error"}, cfg.managerArgs...),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer env.Stop()
+	mgr := env.Managers[0]
+
+	sch, err := scheme()
+	if err != nil {
+		return nil, err
+	}
+	restCfg := rest.CopyConfig(env.Config)
+	restCfg.QPS, restCfg.Burst = -1, -1 // the clients are the load: no client-side limit
+	c, err := client.New(restCfg, client.Options{Scheme: sch})
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.webhooks {
+		if _, err := env.Kubectl(ctx, nil, "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "--all"); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return nil, err
+	}
+	length := int32(subnetLength)
+	if err := c.Create(ctx, &ipamv1.SubnetPool{
+		ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: namespace},
+		Spec:       ipamv1.SubnetPoolSpec{CIDR: poolCIDR, DefaultPrefixLength: &length},
+	}); err != nil {
+		return nil, err
+	}
+	token, err := env.MetricsReaderToken(ctx, namespace, "load")
+	if err != nil {
+		return nil, err
+	}
+
+	t := &tracker{ready: map[string]time.Time{}, cidrs: map[string]string{}, lastReasons: map[string]string{}}
+	informers, err := cache.New(restCfg, cache.Options{
+		Scheme: sch, DefaultNamespaces: map[string]cache.Config{namespace: {}},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	for obj, handle := range map[client.Object]func(any){&ipamv1.Subnet{}: t.subnet, &ipamv1.SubnetPool{}: t.pool} {
+		inf, err := informers.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: handle, UpdateFunc: func(_, o any) { handle(o) },
+		}); err != nil {
+			return nil, err
+		}
+	}
+	cacheCtx, stopCache := context.WithCancel(ctx)
+	defer stopCache()
+	go func() { _ = informers.Start(cacheCtx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		return nil, errors.New("the load tool's cache did not sync")
+	}
+
+	processes := map[string]int{}
+	for _, p := range env.Processes() {
+		processes[p.Name] = p.Pid()
+	}
+	before, err := measurePoint(ctx, env, mgr, token, processes)
+	if err != nil {
+		return nil, err
+	}
+
+	var cpuProfile chan error
+	if cfg.profileDir != "" {
+		cpuProfile = make(chan error, 1)
+		go func() {
+			cpuProfile <- saveProfile(ctx, pprofAddr, "profile?seconds=30", filepath.Join(cfg.profileDir, "cpu.pprof"))
+		}()
+	}
+
+	// The creates: C clients take the next index until N are sent.
+	r := &result{notReady: map[string]int{}}
+	sent := make([]time.Time, cfg.n)
+	explicit := make([]bool, cfg.n)
+	latency := make([]float64, cfg.n)
+	ok := make([]bool, cfg.n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failures, denials atomic.Int64
+	var firstErr, firstDenial atomic.Value
+	start := time.Now()
+	for range cfg.clients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= cfg.n || ctx.Err() != nil {
+					return
+				}
+				s, isExplicit := newSubnet(i, cfg.explicitEvery)
+				explicit[i] = isExplicit
+				sent[i] = time.Now()
+				err := c.Create(ctx, s)
+				latency[i] = time.Since(sent[i]).Seconds()
+				if apierrors.IsInvalid(err) { // the webhook said no: the claim collided
+					denials.Add(1)
+					firstDenial.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				if err != nil {
+					failures.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				ok[i] = true
+			}
+		})
+	}
+	wg.Wait()
+	r.createWall = time.Since(start)
+	r.failed, r.denied = int(failures.Load()), int(denials.Load())
+	r.created = cfg.n - r.failed - r.denied
+	if r.failed > 0 {
+		fmt.Fprintf(os.Stderr, "load: %d creates failed; the first: %v\n", r.failed, firstErr.Load())
+	}
+	if r.denied > 0 {
+		fmt.Fprintf(os.Stderr, "load: %d creates denied; the first: %v\n", r.denied, firstDenial.Load())
+	}
+
+	// Wait for every created Subnet to be decided and every Ready one to be
+	// counted by the pool.
+	deadline := time.Now().Add(cfg.wait)
+	for {
+		decided, ready, counted := t.progress()
+		if decided >= r.created && counted >= ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "load: gave up waiting after %s: %d of %d decided, %d Ready, the pool counts %d\n",
+				cfg.wait, decided, r.created, ready, counted)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	if cpuProfile != nil {
+		if err := <-cpuProfile; err != nil {
+			return nil, err
+		}
+	}
+	heapFile := ""
+	if cfg.profileDir != "" {
+		heapFile = filepath.Join(cfg.profileDir, "heap.pprof")
+	}
+	// A heap profile with gc=1 collects first, so the heap figure below is
+	// what is live, not what is waiting for the next collection.
+	if err := saveProfile(ctx, pprofAddr, "heap?gc=1", heapFile); err != nil {
+		return nil, err
+	}
+	after, err := measurePoint(ctx, env, mgr, token, processes)
+	if err != nil {
+		return nil, err
+	}
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	type readyAt struct{ sent, ready time.Time }
+	var byReady []readyAt
+	seen := map[string]string{}
+	for i := range cfg.n {
+		if !ok[i] {
+			continue
+		}
+		r.createLatency = append(r.createLatency, latency[i])
+		name := subnetName(i)
+		at, ready := t.ready[name]
+		if !ready {
+			reason := t.lastReasons[name]
+			if reason == "" {
+				reason = "undecided"
+			}
+			r.notReady[reason]++
+			continue
+		}
+		byReady = append(byReady, readyAt{sent: sent[i], ready: at})
+		d := at.Sub(sent[i]).Seconds()
+		if explicit[i] {
+			r.readyExplicit = append(r.readyExplicit, d)
+		} else {
+			r.readyDynamic = append(r.readyDynamic, d)
+		}
+		if other, dup := seen[t.cidrs[name]]; dup {
+			fmt.Fprintf(os.Stderr, "load: %s and %s are both Ready with %s\n", other, name, t.cidrs[name])
+			r.duplicates++
+		}
+		seen[t.cidrs[name]] = name
+	}
+	// The k-th Subnet to become Ready is in the pool's status from the
+	// first status that counts k Ready Subnets.
+	sort.Slice(byReady, func(a, b int) bool { return byReady[a].ready.Before(byReady[b].ready) })
+	sample := 0
+	for k, s := range byReady {
+		for sample < len(t.poolCounts) && t.poolCounts[sample].count < k+1 {
+			sample++
+		}
+		if sample == len(t.poolCounts) {
+			break // not counted (yet): the wait gave up
+		}
+		r.poolStatus = append(r.poolStatus, t.poolCounts[sample].at.Sub(s.sent).Seconds())
+	}
+	if n := len(t.poolCounts); n > 0 {
+		r.settled = t.poolCounts[n-1].at.Sub(start)
+	}
+
+	for _, typ := range []struct {
+		name string
+		into *histogram
+	}{{"vsubnet.ipam.subnet-operator.io", &r.validating}, {"msubnet.ipam.subnet-operator.io", &r.mutating}} {
+		match := map[string]string{"name": typ.name, "operation": "CREATE"}
+		*typ.into = after.apiserver.histogram("apiserver_admission_webhook_admission_duration_seconds", match).
+			since(before.apiserver.histogram("apiserver_admission_webhook_admission_duration_seconds", match))
+	}
+	validatePath := map[string]string{"webhook": "/validate-ipam-subnet-operator-io-v1alpha1-subnet"}
+	r.webhookLatency = after.manager.histogram("controller_runtime_webhook_latency_seconds", validatePath).
+		since(before.manager.histogram("controller_runtime_webhook_latency_seconds", validatePath))
+	subnetKind := map[string]string{"kind": "Subnet"}
+	r.freshness = after.manager.histogram("subnet_operator_admission_freshness_wait_seconds", subnetKind).
+		since(before.manager.histogram("subnet_operator_admission_freshness_wait_seconds", subnetKind))
+	r.poolReconcile = after.manager.histogram("subnetpool_parent_reconcile_duration_seconds", nil).
+		since(before.manager.histogram("subnetpool_parent_reconcile_duration_seconds", nil))
+	r.managerRequests = after.manager.value("rest_client_requests_total") - before.manager.value("rest_client_requests_total")
+	r.requests = requestsBy(after.apiserver, before.apiserver)
+	r.managerCPU = after.procs[mgr.Name].cpuSeconds - before.procs[mgr.Name].cpuSeconds
+	r.apiserverCPU = after.procs["kube-apiserver"].cpuSeconds - before.procs["kube-apiserver"].cpuSeconds
+	r.etcdCPU = after.procs["etcd"].cpuSeconds - before.procs["etcd"].cpuSeconds
+	r.managerRSS = after.procs[mgr.Name].rssBytes
+	r.managerHeap = after.manager.value("go_memstats_heap_inuse_bytes")
+	r.heapObjects = after.manager.value("go_memstats_heap_objects")
+	return r, nil
+}
+
+// point is everything read at one moment: the metrics of the manager and
+// the API server, and the processes' CPU and memory.
+type point struct {
+	manager, apiserver scrape
+	procs              map[string]procStat
+}
+
+func measurePoint(ctx context.Context, env *environment.Environment, mgr *environment.Manager, token string, pids map[string]int) (point, error) {
+	var p point
+	code, text, err := env.Scrape(ctx, mgr, token)
+	if err != nil {
+		return p, err
+	}
+	if code != http.StatusOK {
+		return p, fmt.Errorf("manager /metrics: HTTP %d", code)
+	}
+	if p.manager, err = parseScrape(text); err != nil {
+		return p, err
+	}
+	if p.apiserver, err = scrapeAPIServer(ctx, env.Config); err != nil {
+		return p, err
+	}
+	p.procs = map[string]procStat{}
+	for name, pid := range pids {
+		s, err := readProc(pid)
+		if err != nil {
+			return p, err
+		}
+		p.procs[name] = s
+	}
+	return p, nil
+}
+
+// saveProfile reads a pprof endpoint of the manager into file (discarded
+// if file is empty).
+func saveProfile(ctx context.Context, addr, path, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("pprof %s: %s", path, resp.Status)
+	}
+	out := io.Discard
+	if file != "" {
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(file)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		out = f
+	}
+	_, err = io.Copy(out, resp.Body)
+	return err
+}
+
+func seconds(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "n/a"
+	case math.IsInf(v, 1):
+		return "> last bucket"
+	case v < 0.001:
+		return fmt.Sprintf("%.0f µs", v*1e6)
+	case v < 1:
+		return fmt.Sprintf("%.1f ms", v*1e3)
+	default:
+		return fmt.Sprintf("%.2f s", v)
+	}
+}
