@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -143,10 +145,11 @@ func run(ctx context.Context, f flags) error {
 		// the Subnet and SubnetPool informers, and a read of any other kind
 		// fails instead of quietly starting a cluster-wide informer (no
 		// Secrets, no Events; the Lease has its own client).
-		// managedFields are stripped: they are most of an object's size.
+		// Cached objects are trimmed (trimCachedObject): at 100k Subnets
+		// the cache is most of the manager's memory.
 		Cache: cache.Options{
 			ReaderFailOnMissingInformer: true,
-			DefaultTransform:            cache.TransformStripManagedFields(),
+			DefaultTransform:            trimCachedObject,
 		},
 	})
 	if err != nil {
@@ -222,4 +225,24 @@ func run(ctx context.Context, f flags) error {
 func withWorkers(o reconcilers.Options, workers int) reconcilers.Options {
 	o.Workers = workers
 	return o
+}
+
+// trimCachedObject drops from cached objects what the manager never reads
+// and never writes back: managedFields (most of an object's size) and
+// kubectl's last-applied-configuration annotation (a second copy of the
+// spec on every object created with kubectl apply). Safe because every
+// write the manager makes is a patch of a field it owns (status, the pool
+// finalizer), computed against the cached object, so absent fields are
+// never sent.
+func trimCachedObject(in any) (any, error) {
+	obj, err := meta.Accessor(in)
+	if err != nil {
+		return in, nil // not an object (a tombstone): leave it
+	}
+	if obj.GetManagedFields() != nil { // nil check: kubernetes/kubernetes#124337
+		obj.SetManagedFields(nil)
+	}
+	// The object is fresh from the decoder and not shared yet: trim in place.
+	delete(obj.GetAnnotations(), corev1.LastAppliedConfigAnnotation)
+	return in, nil
 }
