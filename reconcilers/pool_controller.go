@@ -91,11 +91,13 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, err
 	}
 
+	computeStart := time.Now()
 	d, known := r.Ledger.DecidePool(p.Namespace, p.Name)
 	if !known {
 		return reconcile.Result{}, nil // the ledger's event for it will requeue it
 	}
 	figures, _ := r.Ledger.PoolFigures(p.Namespace, p.Name)
+	poolStatusCompute.Observe(time.Since(computeStart).Seconds())
 	readiness := statuscalc.Readiness{Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message}
 	if d.Ready() {
 		readiness.Status = metav1.ConditionTrue

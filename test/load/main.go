@@ -152,6 +152,7 @@ func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, orde
 	row("pool status reconcile p50 / p99 (count)", func(r *result) string {
 		return fmt.Sprintf("%s (%.0f)", hq(r.poolReconcile), r.poolReconcile.count)
 	})
+	row("pool status compute from the index, p50 / p99", func(r *result) string { return hq(r.poolCompute) })
 	row("first create → pool status final", func(r *result) string { return seconds(r.settled.Seconds()) })
 	row("Subnets not Ready / duplicate ranges", func(r *result) string {
 		return fmt.Sprintf("%d / %d", r.notReadyTotal(), r.duplicates)

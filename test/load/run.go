@@ -71,7 +71,7 @@ type result struct {
 	validating, mutating              histogram     // API server's view of the webhooks
 	webhookLatency                    histogram     // controller-runtime's, inside the manager
 	freshness                         histogram     // the freshness barrier's wait
-	poolReconcile                     histogram
+	poolReconcile, poolCompute        histogram
 	managerRequests                   float64 // rest_client_requests_total delta
 	requests                          map[string]float64
 	managerCPU, apiserverCPU, etcdCPU float64 // seconds during the run
@@ -433,6 +433,8 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 		since(before.manager.histogram("subnet_operator_admission_freshness_wait_seconds", subnetKind))
 	r.poolReconcile = after.manager.histogram("subnetpool_parent_reconcile_duration_seconds", nil).
 		since(before.manager.histogram("subnetpool_parent_reconcile_duration_seconds", nil))
+	r.poolCompute = after.manager.histogram("subnet_operator_pool_status_compute_seconds", nil).
+		since(before.manager.histogram("subnet_operator_pool_status_compute_seconds", nil))
 	r.managerRequests = after.manager.value("rest_client_requests_total") - before.manager.value("rest_client_requests_total")
 	r.requests = requestsBy(after.apiserver, before.apiserver)
 	r.managerCPU = after.procs[mgr.Name].cpuSeconds - before.procs[mgr.Name].cpuSeconds
