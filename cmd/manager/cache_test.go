@@ -10,33 +10,47 @@ import (
 )
 
 func TestTrimCachedObject(t *testing.T) {
-	s := &ipamv1.Subnet{
-		ObjectMeta: metav1.ObjectMeta{
+	meta := func() metav1.ObjectMeta {
+		return metav1.ObjectMeta{
 			Name: "web", Namespace: "default",
+			Labels: map[string]string{ipamv1.LabelPool: "dc"},
 			Annotations: map[string]string{
-				corev1.LastAppliedConfigAnnotation: `{"spec":{"poolRef":"dc"}}`,
-				"team":                             "payments",
+				corev1.LastAppliedConfigAnnotation: `{"spec":{}}`,
+				ipamv1.AnnotationRecompute:         "1",
 			},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
-		},
-		Spec: ipamv1.SubnetSpec{PoolRef: "dc"},
+		}
 	}
-	out, err := trimCachedObject(s)
+
+	out, err := trimCachedObject(&ipamv1.Subnet{ObjectMeta: meta(), Spec: ipamv1.SubnetSpec{PoolRef: "dc"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := out.(*ipamv1.Subnet)
-	if got.ManagedFields != nil {
-		t.Errorf("managedFields kept: %v", got.ManagedFields)
+	s := out.(*ipamv1.Subnet)
+	if s.ManagedFields != nil || s.Labels != nil || s.Annotations != nil {
+		t.Errorf("Subnet keeps metadata the manager never reads: %+v", s.ObjectMeta)
 	}
-	if _, ok := got.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
-		t.Error("last-applied-configuration kept")
+	if s.Name != "web" || s.Spec.PoolRef != "dc" {
+		t.Errorf("Subnet trimmed too much: %+v", s)
 	}
-	if got.Annotations["team"] != "payments" || got.Spec.PoolRef != "dc" {
-		t.Errorf("trimmed more than it should: %+v", got)
+
+	out, err = trimCachedObject(&ipamv1.SubnetPool{ObjectMeta: meta()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Objects without annotations, and tombstones, pass through.
-	if _, err := trimCachedObject(&ipamv1.Subnet{}); err != nil {
+	p := out.(*ipamv1.SubnetPool)
+	if p.ManagedFields != nil {
+		t.Errorf("pool keeps managedFields")
+	}
+	if _, ok := p.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
+		t.Error("pool keeps last-applied-configuration")
+	}
+	if p.Annotations[ipamv1.AnnotationRecompute] != "1" || p.Labels[ipamv1.LabelPool] != "dc" {
+		t.Errorf("pool lost metadata the manager reads (the recompute trigger): %+v", p.ObjectMeta)
+	}
+
+	// Objects without metadata maps, and tombstones, pass through.
+	if _, err := trimCachedObject(&ipamv1.SubnetPool{}); err != nil {
 		t.Error(err)
 	}
 	if out, err := trimCachedObject("not an object"); err != nil || out != "not an object" {

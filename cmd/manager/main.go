@@ -228,12 +228,15 @@ func withWorkers(o reconcilers.Options, workers int) reconcilers.Options {
 }
 
 // trimCachedObject drops from cached objects what the manager never reads
-// and never writes back: managedFields (most of an object's size) and
+// and never writes back: managedFields (most of an object's size),
 // kubectl's last-applied-configuration annotation (a second copy of the
-// spec on every object created with kubectl apply). Safe because every
-// write the manager makes is a patch of a field it owns (status, the pool
-// finalizer), computed against the cached object, so absent fields are
-// never sent.
+// spec on every object created with kubectl apply), and a Subnet's labels
+// and annotations (nothing in the manager selects Subnets by label or reads
+// their annotations; at 100k Subnets the one-entry label map the defaulting
+// webhook adds costs ~30 MiB). Pools keep theirs: the recompute annotation
+// is a trigger. Safe because every write the manager makes is a patch of a
+// field it owns (status, the pool finalizer), computed against the cached
+// object, so absent fields are never sent.
 func trimCachedObject(in any) (any, error) {
 	obj, err := meta.Accessor(in)
 	if err != nil {
@@ -241,6 +244,11 @@ func trimCachedObject(in any) (any, error) {
 	}
 	if obj.GetManagedFields() != nil { // nil check: kubernetes/kubernetes#124337
 		obj.SetManagedFields(nil)
+	}
+	if _, isSubnet := in.(*ipamv1.Subnet); isSubnet {
+		obj.SetLabels(nil)
+		obj.SetAnnotations(nil)
+		return in, nil
 	}
 	// The object is fresh from the decoder and not shared yet: trim in place.
 	delete(obj.GetAnnotations(), corev1.LastAppliedConfigAnnotation)
