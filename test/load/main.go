@@ -163,11 +163,11 @@ func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, orde
 	row("kube-apiserver / etcd CPU", func(r *result) string {
 		return fmt.Sprintf("%.1f s / %.1f s", r.apiserverCPU, r.etcdCPU)
 	})
-	row("manager RSS / heap in use after GC", func(r *result) string {
-		return fmt.Sprintf("%.0f MiB / %.0f MiB", r.managerRSS/(1<<20), r.managerHeap/(1<<20))
+	row("manager RSS / live heap / heap spans in use, after a GC", func(r *result) string {
+		return fmt.Sprintf("%.0f / %.0f / %.0f MiB", r.managerRSS/(1<<20), r.managerLive/(1<<20), r.managerHeapSpans/(1<<20))
 	})
-	row("manager heap per Subnet", func(r *result) string {
-		return fmt.Sprintf("%.1f KiB, %.0f objects", perSubnet(r, r.managerHeap)/1024, perSubnet(r, r.heapObjects))
+	row("manager live heap per Subnet", func(r *result) string {
+		return fmt.Sprintf("%.1f KiB, %.0f objects", perSubnet(r, r.managerLive)/1024, perSubnet(r, r.heapObjects))
 	})
 	row("manager requests to the API server per Subnet", func(r *result) string {
 		return fmt.Sprintf("%.2f", perSubnet(r, r.managerRequests))

@@ -75,7 +75,8 @@ type result struct {
 	managerRequests                   float64 // rest_client_requests_total delta
 	requests                          map[string]float64
 	managerCPU, apiserverCPU, etcdCPU float64 // seconds during the run
-	managerRSS, managerHeap           float64 // bytes at the end, after a GC
+	managerRSS, managerLive           float64 // bytes at the end, after a GC
+	managerHeapSpans                  float64
 	heapObjects                       float64
 }
 
@@ -197,10 +198,14 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 		return nil, err
 	}
 	pprofAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	env, err := environment.Start(ctx, environment.Options{
+	opts := environment.Options{
 		Dir: filepath.Join(dir, "env"), Manager: cfg.manager, Replicas: 1,
 		ManagerArgs: append([]string{"--pprof-bind-address=" + pprofAddr, "--zap-log-level=error"}, cfg.managerArgs...),
-	})
+	}
+	if cfg.profileDir != "" {
+		opts.APIServerArgs = []string{"--profiling=true"} // the API server is the usual bottleneck: profile it too
+	}
+	env, err := environment.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -274,9 +279,12 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 
 	var cpuProfile chan error
 	if cfg.profileDir != "" {
-		cpuProfile = make(chan error, 1)
+		cpuProfile = make(chan error, 2)
 		go func() {
 			cpuProfile <- saveProfile(ctx, pprofAddr, "profile?seconds=30", filepath.Join(cfg.profileDir, "cpu.pprof"))
+		}()
+		go func() {
+			cpuProfile <- saveAPIServerProfile(ctx, env.Config, "profile?seconds=30", filepath.Join(cfg.profileDir, "apiserver-cpu.pprof"))
 		}()
 	}
 
@@ -349,8 +357,10 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	}
 
 	if cpuProfile != nil {
-		if err := <-cpuProfile; err != nil {
-			return nil, err
+		for range 2 {
+			if err := <-cpuProfile; err != nil {
+				return nil, err
+			}
 		}
 	}
 	heapFile := ""
@@ -441,7 +451,8 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	r.apiserverCPU = after.procs["kube-apiserver"].cpuSeconds - before.procs["kube-apiserver"].cpuSeconds
 	r.etcdCPU = after.procs["etcd"].cpuSeconds - before.procs["etcd"].cpuSeconds
 	r.managerRSS = after.procs[mgr.Name].rssBytes
-	r.managerHeap = after.manager.value("go_memstats_heap_inuse_bytes")
+	r.managerLive = after.manager.value("go_memstats_heap_alloc_bytes")
+	r.managerHeapSpans = after.manager.value("go_memstats_heap_inuse_bytes")
 	r.heapObjects = after.manager.value("go_memstats_heap_objects")
 	return r, nil
 }
@@ -482,11 +493,25 @@ func measurePoint(ctx context.Context, env *environment.Environment, mgr *enviro
 // saveProfile reads a pprof endpoint of the manager into file (discarded
 // if file is empty).
 func saveProfile(ctx context.Context, addr, path, file string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/"+path, nil)
+	return fetchProfile(ctx, http.DefaultClient, "http://"+addr, path, file)
+}
+
+// saveAPIServerProfile reads a pprof endpoint of the API server, as the
+// admin (it runs with --profiling=true when profiles are asked for).
+func saveAPIServerProfile(ctx context.Context, cfg *rest.Config, path, file string) error {
+	c, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return fetchProfile(ctx, c, cfg.Host, path, file)
+}
+
+func fetchProfile(ctx context.Context, c *http.Client, base, path, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/debug/pprof/"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
