@@ -148,7 +148,10 @@ func TestHarnessChild(t *testing.T) {
 	if pidFile == "" {
 		return
 	}
-	cp, err := Start(context.Background(), Options{Dir: t.TempDir()})
+	// The control plane's files go in the parent's temporary directory: this
+	// process is SIGKILLed, so its own t.TempDir() would never be removed
+	// (an etcd data dir of ~120 MB left in /tmp per run).
+	cp, err := Start(context.Background(), Options{Dir: filepath.Join(filepath.Dir(pidFile), "controlplane")})
 	if err != nil {
 		t.Fatal(err)
 	}
