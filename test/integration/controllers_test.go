@@ -336,17 +336,10 @@ func bypassValidatingWebhook(t *testing.T) (restore func()) {
 			return nil
 		})
 	}
-	const name = "validatingwebhookconfiguration/subnet-operator-validating-webhook-configuration"
-	setOps := func(ops string) {
-		patch := fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/rules/0/operations","value":%[1]s},{"op":"replace","path":"/webhooks/1/rules/0/operations","value":%[1]s}]`, ops)
-		if _, stderr, err := kubectl(t, "", "patch", name, "--type=json", "-p", patch); err != nil {
-			t.Fatalf("%v: %s", err, stderr)
-		}
-	}
-	setOps(`["CONNECT"]`)
+	setWebhookOperations(t, validatingConfiguration, noOperations)
 	applied(false)
 	return func() {
-		setOps(`["CREATE","UPDATE","DELETE"]`)
+		setWebhookOperations(t, validatingConfiguration, allOperations)
 		applied(true)
 	}
 }
@@ -358,35 +351,12 @@ func TestThousandDynamicSubnetsWithARestart(t *testing.T) {
 	ns := namespace(t)
 	create(t, newPool(ns, "big", "10.100.0.0/16", 26))
 	const n = 1000
-	var wg sync.WaitGroup
-	names := make(chan int, n)
-	for i := range n {
-		names <- i
+	subnets := make([]*ipamv1.Subnet, n)
+	for i := range subnets {
+		subnets[i] = newSubnet(ns, fmt.Sprintf("d%04d", i), "big", 26)
 	}
-	close(names)
-	var failed sync.Map
-	for range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range names {
-				s := newSubnet(ns, fmt.Sprintf("d%04d", i), "big", 26)
-				// A create can fail while the manager (and its webhook)
-				// restarts: retry, as a client does.
-				var err error
-				for attempt := 0; attempt < 100; attempt++ {
-					if err = k8s.Create(context.Background(), s.DeepCopy()); err == nil || apierrors.IsAlreadyExists(err) {
-						err = nil
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-				if err != nil {
-					failed.Store(i, err)
-				}
-			}
-		}()
-	}
+	// A create can fail while the manager (and its webhook) restarts: retry.
+	wait := createInParallel(subnets, 20, 100)
 	// Kill the manager (SIGKILL: no graceful hand-over) once a third exist.
 	eventually(t, time.Minute, func() error {
 		var list ipamv1.SubnetList
@@ -403,8 +373,9 @@ func TestThousandDynamicSubnetsWithARestart(t *testing.T) {
 	if err := env.StartManager(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
-	failed.Range(func(k, v any) bool { t.Errorf("create %v failed: %v", k, v); return true })
+	for name, err := range wait() {
+		t.Errorf("create %s failed: %v", name, err)
+	}
 
 	var list ipamv1.SubnetList
 	eventually(t, 2*time.Minute, func() error {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -125,37 +124,18 @@ func TestAPIServerRestartUnderLoad(t *testing.T) {
 	create(t, newPool(ns, "p", "10.80.0.0/16", 26))
 	pid := env.Managers[0].Process.Pid()
 	const n = 200
-	var wg sync.WaitGroup
-	names := make(chan int, n)
-	for i := range n {
-		names <- i
+	subnets := make([]*ipamv1.Subnet, n)
+	for i := range subnets {
+		subnets[i] = newSubnet(ns, fmt.Sprintf("r%03d", i), "p", 26)
 	}
-	close(names)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range names {
-				s := newSubnet(ns, fmt.Sprintf("r%03d", i), "p", 26)
-				for attempt := 0; ; attempt++ {
-					err := k8s.Create(ctx, s.DeepCopy())
-					if err == nil || strings.Contains(err.Error(), "already exists") {
-						break
-					}
-					if attempt == 300 {
-						t.Errorf("create %s: %v", s.Name, err)
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-			}
-		}()
-	}
+	wait := createInParallel(subnets, 8, 300)
 	time.Sleep(500 * time.Millisecond)
 	if err := env.RestartAPIServer(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	for name, err := range wait() {
+		t.Errorf("create %s: %v", name, err)
+	}
 	eventually(t, 2*time.Minute, func() error {
 		var list ipamv1.SubnetList
 		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
@@ -230,15 +210,8 @@ func bypassWebhooks(t *testing.T) (restore func()) {
 	t.Helper()
 	probe := "apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: probe, namespace: default}\nspec: {poolRef: p, cidr: 10.0.0.1/24}\n"
 	set := func(ops, answeredBy string) {
-		for _, name := range []string{
-			"validatingwebhookconfiguration/subnet-operator-validating-webhook-configuration",
-			"mutatingwebhookconfiguration/subnet-operator-mutating-webhook-configuration",
-		} {
-			patch := fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/rules/0/operations","value":%[1]s},{"op":"replace","path":"/webhooks/1/rules/0/operations","value":%[1]s}]`, ops)
-			if _, stderr, err := kubectl(t, "", "patch", name, "--type=json", "-p", patch); err != nil {
-				t.Fatalf("%v: %s", err, stderr)
-			}
-		}
+		setWebhookOperations(t, validatingConfiguration, ops)
+		setWebhookOperations(t, mutatingConfiguration, ops)
 		eventually(t, 30*time.Second, func() error {
 			_, stderr, _ := kubectl(t, probe, "create", "--dry-run=server", "-f", "-")
 			if !strings.Contains(stderr, answeredBy) {
@@ -247,8 +220,8 @@ func bypassWebhooks(t *testing.T) (restore func()) {
 			return nil
 		})
 	}
-	set(`["CONNECT"]`, "host bits set: write the network address")
-	return func() { set(`["CREATE","UPDATE","DELETE"]`, "did you mean") }
+	set(noOperations, "host bits set: write the network address")
+	return func() { set(allOperations, "did you mean") }
 }
 
 // The manager's role, as config/rbac grants it, can do what the manager

@@ -1,0 +1,74 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+)
+
+// createInParallel starts creating the Subnets from workers goroutines and
+// returns at once, so the caller can inject a fault meanwhile. Each create is
+// retried every 100 ms, up to attempts times, while the API server or the
+// webhook is away, as a client would; "already exists" counts as created
+// (an earlier attempt landed). wait blocks until every create is done and
+// returns the error of each Subnet that could not be created, by name.
+func createInParallel(subnets []*ipamv1.Subnet, workers, attempts int) (wait func() map[string]error) {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed = map[string]error{}
+	)
+	queue := make(chan *ipamv1.Subnet, len(subnets))
+	for _, s := range subnets {
+		queue <- s
+	}
+	close(queue)
+	for range workers {
+		wg.Go(func() {
+			for s := range queue {
+				var err error
+				for range attempts {
+					if err = k8s.Create(context.Background(), s.DeepCopy()); err == nil || apierrors.IsAlreadyExists(err) {
+						err = nil
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if err != nil {
+					mu.Lock()
+					failed[s.Name] = err
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	return func() map[string]error {
+		wg.Wait()
+		return failed
+	}
+}
+
+// setWebhookOperations sets the operations both webhooks of a webhook
+// configuration (the Subnet's and the pool's) match: ops is a JSON list.
+func setWebhookOperations(t *testing.T, configuration, ops string) {
+	t.Helper()
+	patch := fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/rules/0/operations","value":%[1]s},{"op":"replace","path":"/webhooks/1/rules/0/operations","value":%[1]s}]`, ops)
+	if _, stderr, err := kubectl(t, "", "patch", configuration, "--type=json", "-p", patch); err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+}
+
+const (
+	validatingConfiguration = "validatingwebhookconfiguration/subnet-operator-validating-webhook-configuration"
+	mutatingConfiguration   = "mutatingwebhookconfiguration/subnet-operator-mutating-webhook-configuration"
+	noOperations            = `["CONNECT"]`
+	allOperations           = `["CREATE","UPDATE","DELETE"]`
+)
