@@ -74,19 +74,8 @@ func run(out, manager string, churn time.Duration) error {
 	if err != nil {
 		return err
 	}
-	rules, err := monitoring.RuleGroups(env.RepoRoot)
-	if err != nil {
-		return err
-	}
-	var targets []string
-	for _, m := range env.Managers {
-		targets = append(targets, fmt.Sprintf("127.0.0.1:%d", m.MetricsPort))
-	}
 	const step = 2 * time.Second
-	prom, err := monitoring.StartPrometheus(ctx, monitoring.PrometheusOptions{
-		Dir: filepath.Join(dir, "prometheus"), Targets: targets, ScrapeInterval: step,
-		CAFile: filepath.Join(env.CertDir("metrics"), "ca.crt"), Token: token, RuleFile: rules,
-	})
+	prom, err := monitoring.ScrapeEnvironment(ctx, env, token, filepath.Join(dir, "prometheus"), step)
 	if err != nil {
 		return err
 	}

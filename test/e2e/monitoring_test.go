@@ -29,18 +29,7 @@ func TestMonitoring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := monitoring.RuleGroups(env.RepoRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var targets []string
-	for _, m := range env.Managers {
-		targets = append(targets, fmt.Sprintf("127.0.0.1:%d", m.MetricsPort))
-	}
-	prom, err := monitoring.StartPrometheus(ctx, monitoring.PrometheusOptions{
-		Dir: filepath.Join(t.TempDir(), "prometheus"), Targets: targets, ScrapeInterval: time.Second,
-		CAFile: filepath.Join(env.CertDir("metrics"), "ca.crt"), Token: token, RuleFile: rules,
-	})
+	prom, err := monitoring.ScrapeEnvironment(ctx, env, token, filepath.Join(t.TempDir(), "prometheus"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -32,23 +30,11 @@ func scrapeAPIServer(ctx context.Context, cfg *rest.Config) (scrape, error) {
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/metrics", nil)
-	if err != nil {
+	var body strings.Builder
+	if err := get(ctx, c, cfg.Host+"/metrics", &body); err != nil {
 		return nil, err
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("API server /metrics: %s", resp.Status)
-	}
-	return parseScrape(string(body))
+	return parseScrape(body.String())
 }
 
 // matches reports whether m carries every label of want.

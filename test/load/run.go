@@ -507,18 +507,6 @@ func saveAPIServerProfile(ctx context.Context, cfg *rest.Config, path, file stri
 }
 
 func fetchProfile(ctx context.Context, c *http.Client, base, path, file string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/debug/pprof/"+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("pprof %s: %s", path, resp.Status)
-	}
 	out := io.Discard
 	if file != "" {
 		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
@@ -530,6 +518,23 @@ func fetchProfile(ctx context.Context, c *http.Client, base, path, file string) 
 		}
 		defer func() { _ = f.Close() }()
 		out = f
+	}
+	return get(ctx, c, base+"/debug/pprof/"+path, out)
+}
+
+// get copies the body of a GET of url into out; anything but 200 is an error.
+func get(ctx context.Context, c *http.Client, url string, out io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	_, err = io.Copy(out, resp.Body)
 	return err

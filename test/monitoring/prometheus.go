@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/subnet-operator/subnet-operator/test/controlplane"
+	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
 // PrometheusOptions configure a Prometheus server.
@@ -349,4 +350,22 @@ func (p *Prometheus) get(ctx context.Context, path string, params url.Values, ou
 		return errors.New(envelope.Error)
 	}
 	return json.Unmarshal(envelope.Data, out)
+}
+
+// ScrapeEnvironment starts a Prometheus that scrapes every manager replica
+// of env as the ServiceMonitor does (HTTPS with the metrics CA, token as a
+// metrics reader's bearer token) and evaluates config/prometheus's rules.
+func ScrapeEnvironment(ctx context.Context, env *environment.Environment, token, dir string, interval time.Duration) (*Prometheus, error) {
+	rules, err := RuleGroups(env.RepoRoot)
+	if err != nil {
+		return nil, err
+	}
+	var targets []string
+	for _, m := range env.Managers {
+		targets = append(targets, fmt.Sprintf("127.0.0.1:%d", m.MetricsPort))
+	}
+	return StartPrometheus(ctx, PrometheusOptions{
+		Dir: dir, Targets: targets, ScrapeInterval: interval,
+		CAFile: filepath.Join(env.CertDir("metrics"), "ca.crt"), Token: token, RuleFile: rules,
+	})
 }
