@@ -146,6 +146,12 @@ func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, orde
 		return share(r.webhookLatency, 0.001) + " / " + share(r.webhookLatency, 0.01)
 	})
 	row("manager: freshness read p50 / p99", func(r *result) string { return hq(r.freshness) })
+	row("API server: consistent LIST waits for its watch cache, subnets p50 / p99 (count)", func(r *result) string {
+		return fmt.Sprintf("%s (%.0f)", hq(r.cacheWaitSubnets), r.cacheWaitSubnets.count)
+	})
+	row("API server: the same, subnetpools", func(r *result) string {
+		return fmt.Sprintf("%s (%.0f)", hq(r.cacheWaitPools), r.cacheWaitPools.count)
+	})
 	row("create → Ready, dynamic, p50 / p99", func(r *result) string { return pct(r.readyDynamic) })
 	row("create → Ready, explicit, p50 / p99", func(r *result) string { return pct(r.readyExplicit) })
 	row("create → pool status counts it, p50 / p99", func(r *result) string { return pct(r.poolStatus) })

@@ -71,6 +71,7 @@ type result struct {
 	validating, mutating              histogram     // API server's view of the webhooks
 	webhookLatency                    histogram     // controller-runtime's, inside the manager
 	freshness                         histogram     // the freshness barrier's wait
+	cacheWaitSubnets, cacheWaitPools  histogram     // the API server's wait for its watch cache on consistent reads
 	poolReconcile, poolCompute        histogram
 	managerRequests                   float64 // rest_client_requests_total delta
 	requests                          map[string]float64
@@ -441,6 +442,14 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	subnetKind := map[string]string{"kind": "Subnet"}
 	r.freshness = after.manager.histogram("subnet_operator_admission_freshness_wait_seconds", subnetKind).
 		since(before.manager.histogram("subnet_operator_admission_freshness_wait_seconds", subnetKind))
+	for _, w := range []struct {
+		resource string
+		into     *histogram
+	}{{"subnets", &r.cacheWaitSubnets}, {"subnetpools", &r.cacheWaitPools}} {
+		match := map[string]string{"group": ipamv1.GroupVersion.Group, "resource": w.resource}
+		*w.into = after.apiserver.histogram("apiserver_watch_cache_read_wait_seconds", match).
+			since(before.apiserver.histogram("apiserver_watch_cache_read_wait_seconds", match))
+	}
 	r.poolReconcile = after.manager.histogram("subnetpool_parent_reconcile_duration_seconds", nil).
 		since(before.manager.histogram("subnetpool_parent_reconcile_duration_seconds", nil))
 	r.poolCompute = after.manager.histogram("subnet_operator_pool_status_compute_seconds", nil).
