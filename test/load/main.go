@@ -154,7 +154,8 @@ func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, orde
 	})
 	row("create → Ready, dynamic, p50 / p99", func(r *result) string { return pct(r.readyDynamic) })
 	row("create → Ready, explicit, p50 / p99", func(r *result) string { return pct(r.readyExplicit) })
-	row("create → pool status counts it, p50 / p99", func(r *result) string { return pct(r.poolStatus) })
+	row("create → pool status counts it, dynamic, p50 / p99", func(r *result) string { return pct(r.poolDynamic) })
+	row("create → pool status counts it, explicit, p50 / p99", func(r *result) string { return pct(r.poolExplicit) })
 	row("pool status reconcile p50 / p99 (count)", func(r *result) string {
 		return fmt.Sprintf("%s (%.0f)", hq(r.poolReconcile), r.poolReconcile.count)
 	})

@@ -64,7 +64,7 @@ type result struct {
 	createWall                        time.Duration
 	createLatency                     []float64 // seconds, client side
 	readyDynamic, readyExplicit       []float64 // create sent -> Ready seen
-	poolStatus                        []float64 // create sent -> pool status counts it
+	poolDynamic, poolExplicit         []float64 // create sent -> pool status counts it
 	notReady                          map[string]int
 	duplicates                        int
 	settled                           time.Duration // first create -> last pool status
@@ -380,7 +380,10 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	type readyAt struct{ sent, ready time.Time }
+	type readyAt struct {
+		sent, ready time.Time
+		explicit    bool
+	}
 	var byReady []readyAt
 	seen := map[string]string{}
 	for i := range cfg.n {
@@ -398,7 +401,7 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 			r.notReady[reason]++
 			continue
 		}
-		byReady = append(byReady, readyAt{sent: sent[i], ready: at})
+		byReady = append(byReady, readyAt{sent: sent[i], ready: at, explicit: explicit[i]})
 		d := at.Sub(sent[i]).Seconds()
 		if explicit[i] {
 			r.readyExplicit = append(r.readyExplicit, d)
@@ -422,7 +425,12 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 		if sample == len(t.poolCounts) {
 			break // not counted (yet): the wait gave up
 		}
-		r.poolStatus = append(r.poolStatus, t.poolCounts[sample].at.Sub(s.sent).Seconds())
+		d := t.poolCounts[sample].at.Sub(s.sent).Seconds()
+		if s.explicit {
+			r.poolExplicit = append(r.poolExplicit, d)
+		} else {
+			r.poolDynamic = append(r.poolDynamic, d)
+		}
 	}
 	if n := len(t.poolCounts); n > 0 {
 		r.settled = t.poolCounts[n-1].at.Sub(start)
