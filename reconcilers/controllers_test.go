@@ -311,3 +311,35 @@ func (f readerFunc) Get(ctx context.Context, key client.ObjectKey, obj client.Ob
 func (readerFunc) List(context.Context, client.ObjectList, ...client.ListOption) error {
 	return errors.New("not implemented in this test")
 }
+
+func TestLastWritesUsesOnlyANewerWriteOfTheSamePool(t *testing.T) {
+	pool := func(uid, rv, utilization string) *ipamv1.SubnetPool {
+		return &ipamv1.SubnetPool{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "dc", UID: types.UID(uid), ResourceVersion: rv},
+			Status:     ipamv1.SubnetPoolStatus{Utilization: utilization},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		cached *ipamv1.SubnetPool
+		want   string // the utilization the reconcile starts from
+	}{
+		{"the cache is behind our write", pool("a", "5", "cached"), "ours"},
+		{"the cache has caught up", pool("a", "10", "cached"), "cached"},
+		{"the cache is ahead", pool("a", "12", "cached"), "cached"},
+		{"a new pool of the same name", pool("b", "5", "cached"), "cached"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var w lastWrites
+			w.record(pool("a", "10", "ours"))
+			got := tc.cached.DeepCopy()
+			w.newest(got)
+			if got.Status.Utilization != tc.want {
+				t.Errorf("starts from %q, want %q", got.Status.Utilization, tc.want)
+			}
+			if tc.want == "cached" && len(w.pools) != 0 {
+				t.Errorf("kept a write the cache has passed: %v", w.pools)
+			}
+		})
+	}
+}

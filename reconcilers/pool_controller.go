@@ -82,6 +82,10 @@ func (w *lastWrites) newest(cached *ipamv1.SubnetPool) {
 	if !ok {
 		return
 	}
+	if own.UID != cached.UID { // the pool was deleted and created again
+		delete(w.pools, key)
+		return
+	}
 	if cmp, err := resourceversion.CompareResourceVersion(own.ResourceVersion, cached.ResourceVersion); err == nil && cmp > 0 {
 		own.DeepCopyInto(cached)
 		return
