@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,58 +42,7 @@ type PoolStatusReconciler struct {
 	Recorder  recorder.EventRecorder
 	Options
 
-	written lastWrites
-}
-
-// lastWrites keeps, per pool, the object our last successful write
-// returned. The informer delivers that write a moment later; a reconcile
-// that starts before it would compute the status against a copy one write
-// behind, and its optimistically locked patch would conflict and cost a
-// read around the cache (at one client, a quarter of pool reconciles did).
-// Starting from our own write instead, when it is newer than the cache,
-// makes the common case conflict-free; the lock still catches every other
-// writer. Only the leader writes, so a new leader starts empty and uses
-// the cache.
-type lastWrites struct {
-	mu    sync.Mutex
-	pools map[types.NamespacedName]*ipamv1.SubnetPool
-}
-
-// record remembers the object a write returned.
-func (w *lastWrites) record(p *ipamv1.SubnetPool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.pools == nil {
-		w.pools = map[types.NamespacedName]*ipamv1.SubnetPool{}
-	}
-	w.pools[client.ObjectKeyFromObject(p)] = p.DeepCopy()
-}
-
-// newest replaces cached by our last write of it when that write is newer
-// than the cached copy, and forgets the write once the cache has it.
-func (w *lastWrites) newest(cached *ipamv1.SubnetPool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	key := client.ObjectKeyFromObject(cached)
-	own, ok := w.pools[key]
-	if !ok {
-		return
-	}
-	if own.UID != cached.UID { // the pool was deleted and created again
-		delete(w.pools, key)
-		return
-	}
-	if cmp, err := resourceversion.CompareResourceVersion(own.ResourceVersion, cached.ResourceVersion); err == nil && cmp > 0 {
-		own.DeepCopyInto(cached)
-		return
-	}
-	delete(w.pools, key)
-}
-
-func (w *lastWrites) forget(key types.NamespacedName) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.pools, key)
+	written lastWrites[*ipamv1.SubnetPool]
 }
 
 // SetupWithManager registers the controller.
@@ -144,7 +90,9 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	r.written.newest(&p)
+	if own, ok := r.written.newer(&p); ok {
+		p = *own
+	}
 	if done, err := r.reconcileFinalizer(ctx, &p); done || err != nil {
 		return reconcile.Result{}, err
 	}

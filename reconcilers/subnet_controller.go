@@ -63,6 +63,8 @@ type SubnetReconciler struct {
 	Ledger   *ledger.Ledger
 	Recorder recorder.EventRecorder
 	Options
+
+	written lastWrites[*ipamv1.Subnet]
 }
 
 // SetupWithManager registers the controller.
@@ -78,7 +80,12 @@ func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			RateLimiter:             rateLimiter(),
 			ReconciliationTimeout:   r.Timeout,
 		}).
-		WatchesRawSource(&ledgerSource{ledger: r.Ledger, mapEvent: subnetEvents, initial: func() []reconcile.Request {
+		WatchesRawSource(&ledgerSource{ledger: r.Ledger, mapEvent: func(e ledger.Event) []reconcile.Request {
+			if s, ok := e.Object.(*ipamv1.Subnet); ok {
+				r.written.seen(s)
+			}
+			return subnetEvents(e)
+		}, initial: func() []reconcile.Request {
 			subnets, _ := r.Ledger.Objects()
 			out := make([]reconcile.Request, len(subnets))
 			for i, s := range subnets {
@@ -93,7 +100,13 @@ func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *SubnetReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var s ipamv1.Subnet
 	if err := r.Client.Get(ctx, req.NamespacedName, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if own, ok := r.written.newer(&s); ok {
+		s = *own
 	}
 	if s.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil // being deleted: its range returns when it is gone
@@ -129,6 +142,7 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	statusWrites.WithLabelValues(statuscalc.KindSubnet, "success").Inc()
+	r.written.record(&s)
 	r.recordTransition(ctx, before, &s, d)
 	return reconcile.Result{RequeueAfter: d.RetryAfter}, nil
 }
