@@ -33,25 +33,17 @@ func (w *lastWrites[T]) record(obj T) {
 	w.objects[client.ObjectKeyFromObject(obj)] = obj.DeepCopyObject().(T)
 }
 
-// newer returns a copy of our last write of cached's object when that write
-// is newer than cached, and forgets the write once the cache has it (or the
-// object was deleted and created again under the same name).
+// newer returns a copy of our last write of cached's object while that
+// write is ahead of cached, and forgets it once it is not.
 func (w *lastWrites[T]) newer(cached T) (T, bool) {
-	var none T
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	key := client.ObjectKeyFromObject(cached)
-	own, ok := w.objects[key]
+	own, ok := w.pending(cached)
 	if !ok {
+		var none T
 		return none, false
 	}
-	if own.GetUID() == cached.GetUID() {
-		if cmp, err := resourceversion.CompareResourceVersion(own.GetResourceVersion(), cached.GetResourceVersion()); err == nil && cmp > 0 {
-			return own.DeepCopyObject().(T), true
-		}
-	}
-	delete(w.objects, key)
-	return none, false
+	return own.DeepCopyObject().(T), true
 }
 
 // seen forgets our write of obj's object once the informer has delivered
@@ -60,14 +52,26 @@ func (w *lastWrites[T]) newer(cached T) (T, bool) {
 func (w *lastWrites[T]) seen(obj T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.pending(obj)
+}
+
+// pending returns our last write of obj's object if it is still ahead of
+// obj: the same object (UID; a pool deleted and created again under the
+// same name is another) at a later resourceVersion. Otherwise it forgets
+// the write. The caller holds mu.
+func (w *lastWrites[T]) pending(obj T) (T, bool) {
 	key := client.ObjectKeyFromObject(obj)
 	own, ok := w.objects[key]
 	if !ok {
-		return
+		return own, false
 	}
-	if cmp, err := resourceversion.CompareResourceVersion(own.GetResourceVersion(), obj.GetResourceVersion()); err != nil || cmp <= 0 || own.GetUID() != obj.GetUID() {
-		delete(w.objects, key)
+	if own.GetUID() == obj.GetUID() {
+		if cmp, err := resourceversion.CompareResourceVersion(own.GetResourceVersion(), obj.GetResourceVersion()); err == nil && cmp > 0 {
+			return own, true
+		}
 	}
+	delete(w.objects, key)
+	return own, false
 }
 
 func (w *lastWrites[T]) forget(key types.NamespacedName) {
