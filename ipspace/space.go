@@ -153,6 +153,22 @@ func (s *Space) Claim(p netip.Prefix) error {
 	return nil
 }
 
+// Reserve marks p, which must be entirely free, as reserved: it is never
+// handed out and counts as reserved in Usage. It undoes what Release did to
+// the reserved part of a range that was held on a reserved range (a claim
+// granted before the range was reserved keeps it until it is released).
+func (s *Space) Reserve(p netip.Prefix) error {
+	if !s.inPool(p) {
+		return fmt.Errorf("%s: %w (outside pool %s)", p, ErrNotFree, s.pool)
+	}
+	blk := blockOf(p)
+	if !s.take(blk) {
+		return fmt.Errorf("%s: %w", p, ErrNotFree)
+	}
+	s.nReserve[blk.bits]++
+	return nil
+}
+
 // IsFree reports whether all of p is free.
 func (s *Space) IsFree(p netip.Prefix) bool {
 	if !s.inPool(p) {

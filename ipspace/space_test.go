@@ -305,3 +305,31 @@ func TestNewSpaceHoldingRejects(t *testing.T) {
 	}
 	checkAccounting(t, s)
 }
+
+// A range released from a held claim on a reserved range goes back to being
+// reserved, not free.
+func TestSpaceReserveAfterRelease(t *testing.T) {
+	s, err := NewSpaceHolding(mp("10.0.0.0/24"), nil, mps("10.0.0.0/26"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(mp("10.0.0.0/26")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reserve(mp("10.0.0.0/27")); err != nil {
+		t.Fatal(err)
+	}
+	u := s.Usage()
+	if u.Reserved.Int64() != 32 || u.Free.Int64() != 224 || u.Held.Int64() != 0 {
+		t.Errorf("usage: reserved %s free %s held %s", u.Reserved, u.Free, u.Held)
+	}
+	if got, _ := s.Allocate(27); got != mp("10.0.0.32/27") {
+		t.Errorf("allocated %s, want the free half 10.0.0.32/27", got)
+	}
+	if err := s.Reserve(mp("10.0.0.32/27")); !errors.Is(err, ErrNotFree) {
+		t.Errorf("reserving a held range: %v", err)
+	}
+	if err := s.Reserve(mp("10.0.1.0/27")); !errors.Is(err, ErrNotFree) {
+		t.Errorf("reserving outside the pool: %v", err)
+	}
+}
