@@ -5,7 +5,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	"github.com/subnet-operator/subnet-operator/ipspace"
@@ -21,14 +22,12 @@ type Decision struct {
 	// CIDR is the range the claim holds; invalid when it holds none.
 	CIDR netip.Prefix
 	// Assumed: the arbiter granted CIDR and the API does not show it yet.
-	// The caller must write it; if the write fails for good (the object is
-	// gone or the write is invalid), it calls Forget.
+	// The caller must write it, preconditioned on the object's UID; if the
+	// write fails for good (the object is gone or the write is invalid), it
+	// calls Forget.
 	Assumed bool
 	// Winner names the claim this one lost to (Reason Overlaps).
 	Winner ClaimKey
-	// RetryAfter is set when the decision waits for the claim to settle
-	// (Reason Pending): decide again after it.
-	RetryAfter time.Duration
 }
 
 // Ready reports whether the decision makes the claim Ready.
@@ -41,68 +40,45 @@ func (d Decision) Ready() bool {
 //   - a range once held is never taken away;
 //   - pending explicit requests (Subnets with spec.cidr, child pools) are
 //     decided in winner order, oldest creationTimestamp first, then by name,
-//     each taking its range if it is free; before any request is decided, the
-//     older requests of its pool are (a "sweep"), so the winner does not
-//     depend on which reconcile ran first;
+//     each taking its range if it is free; before any claim of a pool is
+//     decided, the pool's pending requests are (a "sweep"), so among the
+//     requests the arbiter sees at one decision the winner does not depend
+//     on which reconcile ran first;
 //   - a Subnet that asks for a length gets the best-fit free block, after the
-//     pool's pending explicit requests have been decided, so an allocation
-//     never takes a range that an older explicit request asked for.
+//     sweep;
+//   - a pool's rules (range, reserved ranges, length bounds) apply to every
+//     decision made after the ledger sees them; a claim granted before keeps
+//     its range and its pool reports it (ClaimsOutside).
+//
+// There is no waiting on the clock: back-to-back creates are rejected at
+// admission (design invariant 2), so only truly simultaneous creates reach
+// the arbiter, and the first grant stands.
 //
 // A grant is recorded as assumed until the informer shows it, so the next
 // decision already accounts for it.
-//
-// Explicit requests settle before they are decided. creationTimestamp has a
-// resolution of one second, so two claims created in the same second are
-// ordered by name, and a claim created later in that second may be the
-// "older". An explicit request is therefore decided only once its creation
-// second has ended and a margin has passed for the others of that second to
-// reach the ledger (SettleMargin). Until then it waits (Pending), and
-// dynamic allocations avoid its range. Claims found after a restart are long
-// settled and are decided at once.
 
-// DefaultSettleMargin is how long after a claim's creation second ends the
-// arbiter waits for claims created in the same second. Informer delivery
-// takes milliseconds here; the margin leaves room for a loaded API server.
-const DefaultSettleMargin = 250 * time.Millisecond
-
-// rules is the moment a decision is made and the settle margin.
-type rules struct {
-	now    time.Time
-	margin time.Duration
-}
-
-// settledAt is when every claim created in c's creation second has had
-// time to reach the ledger.
-func (r rules) settledAt(c *claim) time.Time {
-	return c.created.Truncate(time.Second).Add(time.Second + r.margin)
-}
-
-func (l *Ledger) rules() rules {
-	l.freshMu.Lock()
-	defer l.freshMu.Unlock()
-	return rules{now: l.clock(), margin: l.settleMargin}
-}
-
-// DecideSubnet decides a Subnet's claim. It returns false if the ledger does
-// not know the Subnet (not delivered yet, or deleted).
-func (l *Ledger) DecideSubnet(namespace, name string) (Decision, bool) {
+// DecideSubnet decides the claim of the Subnet with this name and UID. It
+// returns false if the ledger does not know that object (not delivered yet,
+// deleted, or replaced by a new object under the same name): a decision is
+// only ever made for, and written to, the object it was made for.
+func (l *Ledger) DecideSubnet(namespace, name string, uid types.UID) (Decision, bool) {
 	n := l.ns(namespace, false)
 	if n == nil {
 		return Decision{}, false
 	}
 	n.mu.Lock()
 	c := n.claims[SubnetKey(name)]
-	if c == nil {
+	if c == nil || c.uid != uid {
 		n.mu.Unlock()
 		return Decision{}, false
 	}
-	d, wake := n.decideSubnet(c, l.rules())
+	d, wake := n.decideSubnet(c)
 	n.mu.Unlock()
 	l.publishWake(namespace, wake)
 	return d, true
 }
 
-func (n *namespace) decideSubnet(c *claim, r rules) (Decision, []ClaimKey) {
+func (n *namespace) decideSubnet(c *claim) (Decision, []ClaimKey) {
 	if held := c.holds(); held.IsValid() {
 		return allocated(c), nil
 	}
@@ -113,15 +89,10 @@ func (n *namespace) decideSubnet(c *claim, r rules) (Decision, []ClaimKey) {
 	if d, ok := n.poolUnusable(s, c.pool); !ok {
 		return d, nil
 	}
-	wake := n.sweep(s, r)
+	wake := n.sweep(s)
 	if c.requested.IsValid() {
-		if held := c.holds(); held.IsValid() {
-			return allocated(c), wake
-		}
-		if d := n.whyNotGranted(s, c); d.Reason != ipamv1.ReasonPending {
-			return d, wake
-		}
-		return pending(c, r), wake
+		d, more := n.decideRequest(s, c)
+		return d, append(wake, more...)
 	}
 
 	length := c.prefixLength
@@ -135,41 +106,39 @@ func (n *namespace) decideSubnet(c *claim, r rules) (Decision, []ClaimKey) {
 	if why := n.lengthOutOfBounds(s, length); why != "" {
 		return Decision{Reason: ipamv1.ReasonOutOfRange, Message: why}, wake
 	}
-	p, ok := n.allocateAround(s, length, r)
+	p, ok := s.space.Allocate(length)
 	if !ok {
-		msg := fmt.Sprintf("no free /%d block in SubnetPool %s/%s (%s)", length, n.name, s.name, s.serving)
-		if largest := s.space.Usage().LargestFree; largest.IsValid() {
-			msg += fmt.Sprintf("; the largest free block is %s", largest)
-		} else {
-			msg += "; the pool is full"
-		}
-		return Decision{Reason: ipamv1.ReasonPoolExhausted, Message: msg + "; waiting for space to be freed or the pool to grow"}, wake
+		// The message names no figure that changes with other claims (such
+		// as the largest free block, which the pool's status shows), so a
+		// waiter woken by a release that does not fit it writes nothing.
+		return Decision{Reason: ipamv1.ReasonPoolExhausted,
+			Message: fmt.Sprintf("no free /%d block in SubnetPool %s/%s (%s); waiting for space to be freed or the pool to grow", length, n.name, s.name, s.serving)}, wake
 	}
 	n.assume(s, c, p)
 	return allocated(c), wake
 }
 
-// DecidePool decides whether a pool serves its range: a root pool serves
-// spec.cidr; a child pool serves what its parent granted. It returns false if
-// the ledger does not know the pool.
-func (l *Ledger) DecidePool(namespace, name string) (Decision, bool) {
+// DecidePool decides whether the pool with this name and UID serves a range:
+// a root pool serves spec.cidr; a child pool serves what its parent granted.
+// It returns false if the ledger does not know that pool.
+func (l *Ledger) DecidePool(namespace, name string, uid types.UID) (Decision, bool) {
 	n := l.ns(namespace, false)
 	if n == nil {
 		return Decision{}, false
 	}
 	n.mu.Lock()
 	s := n.slots[name]
-	if s == nil || s.pool == nil {
+	if s == nil || s.pool == nil || s.pool.uid != uid {
 		n.mu.Unlock()
 		return Decision{}, false
 	}
-	d, wake := n.decidePool(s, l.rules())
+	d, wake := n.decidePool(s)
 	n.mu.Unlock()
 	l.publishWake(namespace, wake)
 	return d, true
 }
 
-func (n *namespace) decidePool(s *slot, r rules) (Decision, []ClaimKey) {
+func (n *namespace) decidePool(s *slot) (Decision, []ClaimKey) {
 	p := s.pool
 	if !p.spec.IsValid() {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec, Message: "spec.cidr is not a canonical CIDR"}, nil
@@ -180,7 +149,7 @@ func (n *namespace) decidePool(s *slot, r rules) (Decision, []ClaimKey) {
 			Message: fmt.Sprintf("being deleted; waiting for %d Subnets and %d child pools that use it to be deleted", subnets, children)}, nil
 	}
 	if p.parent == "" {
-		return Decision{Reason: ipamv1.ReasonAvailable, CIDR: s.serving, Message: fmt.Sprintf("serving %s", s.serving)}, nil
+		return n.serving(s, fmt.Sprintf("serving %s", s.serving)), nil
 	}
 	if chain := n.cycle(p.name); chain != "" {
 		return Decision{Reason: ipamv1.ReasonCycle, Message: "parentRef chain leads back to this pool: " + chain}, nil
@@ -191,15 +160,14 @@ func (n *namespace) decidePool(s *slot, r rules) (Decision, []ClaimKey) {
 		d.CIDR = c.holds()
 		return d, nil
 	}
-	wake := n.sweep(parent, r)
+	wake := n.sweep(parent)
+	d, more := n.decideRequest(parent, c)
+	wake = append(wake, more...)
 	held := c.holds()
 	if held == c.requested {
-		return Decision{Reason: ipamv1.ReasonAvailable, CIDR: held, Assumed: c.assumed.IsValid(),
-			Message: fmt.Sprintf("serving %s, granted by parent SubnetPool %s/%s", held, n.name, p.parent)}, wake
-	}
-	d := n.whyNotGranted(parent, c)
-	if d.Reason == ipamv1.ReasonPending {
-		d = pending(c, r)
+		d := n.serving(s, fmt.Sprintf("serving %s, granted by parent SubnetPool %s/%s", held, n.name, p.parent))
+		d.Assumed = c.assumed.IsValid()
+		return d, wake
 	}
 	if held.IsValid() {
 		d.CIDR = held
@@ -207,6 +175,47 @@ func (n *namespace) decidePool(s *slot, r rules) (Decision, []ClaimKey) {
 	}
 	return d, wake
 }
+
+// serving is the decision for a pool that serves its range: Available, or
+// ClaimsOutside while claims granted before its last change break its rules.
+func (n *namespace) serving(s *slot, message string) Decision {
+	if len(s.outside) == 0 {
+		return Decision{Reason: ipamv1.ReasonAvailable, CIDR: s.serving, Message: message}
+	}
+	return Decision{Reason: ipamv1.ReasonClaimsOutside, CIDR: s.serving,
+		Message: fmt.Sprintf("%s; %s outside it or on a reserved range: %s; they were granted before the pool's last change and keep their ranges: delete them to complete the change",
+			message, claimsLie(len(s.outside)), n.describeClaims(s, s.outside))}
+}
+
+// claimsLie reads "1 claim lies" or "3 claims lie".
+func claimsLie(count int) string {
+	if count == 1 {
+		return "1 claim lies"
+	}
+	return fmt.Sprintf("%d claims lie", count)
+}
+
+// describeClaims names up to three of the keys with their held ranges, by name, plus
+// a count of the rest: stable, so the message does not flap.
+func (n *namespace) describeClaims(s *slot, keys map[ClaimKey]struct{}) string {
+	sorted := make([]ClaimKey, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	slices.Sort(sorted)
+	var parts []string
+	for _, k := range sorted[:min(len(sorted), maxNamed)] {
+		parts = append(parts, fmt.Sprintf("%s %s/%s (%s)", k.Kind(), n.name, k.Name(), s.claims[k].holds()))
+	}
+	out := strings.Join(parts, ", ")
+	if extra := len(sorted) - maxNamed; extra > 0 {
+		out += fmt.Sprintf(" and %d more", extra)
+	}
+	return out
+}
+
+// maxNamed bounds how many claims a message names.
+const maxNamed = 3
 
 // poolUnusable reports why a pool cannot hand out ranges, if it cannot.
 func (n *namespace) poolUnusable(s *slot, name string) (Decision, bool) {
@@ -224,21 +233,45 @@ func (n *namespace) poolUnusable(s *slot, name string) (Decision, bool) {
 	return Decision{}, true
 }
 
-// whyNotGranted explains why an explicit request does not hold its range.
+// decideRequest returns the decision on an explicit request after a sweep:
+// Allocated if it holds its range, else why not. A request that the sweep
+// would grant never waits for a missed change: the sweep runs again. (The
+// changes that can let a request in set the sweep flag; this keeps a missed
+// one from leaving a claim waiting with nothing to wake it.)
+func (n *namespace) decideRequest(s *slot, c *claim) (Decision, []ClaimKey) {
+	if c.holds() == c.requested {
+		return allocated(c), nil
+	}
+	d := n.whyNotGranted(s, c)
+	if d.Reason != ipamv1.ReasonPending {
+		return d, nil
+	}
+	s.sweep = true
+	wake := n.sweep(s)
+	if c.holds() == c.requested {
+		return allocated(c), wake
+	}
+	return n.whyNotGranted(s, c), wake
+}
+
+// whyNotGranted explains why an explicit request does not hold its range,
+// after a sweep: it lies outside the pool's rules, a child pool's own claims
+// lie outside the range it asks for, or a held range overlaps it.
 func (n *namespace) whyNotGranted(s *slot, c *claim) Decision {
 	if why := n.outOfRange(s, c); why != "" {
 		return Decision{Reason: ipamv1.ReasonOutOfRange, Message: why}
 	}
-	var winner *claim
-	s.index.Overlapping(c.requested, func(e ipspace.Entry[ClaimKey]) bool {
-		other := n.claims[e.Owner]
-		if e.Owner != c.key && other != nil && other.placed && other.holds().Overlaps(c.requested) {
-			winner = other
-			return false
+	if c.holds().IsValid() {
+		if outside := n.outsideResize(c); len(outside) > 0 {
+			child := n.slots[c.key.Name()]
+			return Decision{Reason: ipamv1.ReasonClaimsOutside,
+				Message: fmt.Sprintf("%s outside it: %s", claimsLie(len(outside)), n.describeClaims(child, outside))}
 		}
-		return true
-	})
+	}
+	winner := n.placedOverlapping(s, c, c.requested)
 	if winner == nil {
+		// The sweep grants a free request in range, so this is not reached;
+		// say what is known rather than guess.
 		return Decision{Reason: ipamv1.ReasonPending, Message: "waiting for arbitration"}
 	}
 	return Decision{Reason: ipamv1.ReasonOverlaps, Winner: winner.key,
@@ -272,13 +305,6 @@ func (n *namespace) lengthOutOfBounds(s *slot, length int) string {
 	return ""
 }
 
-// pending is the decision for an explicit request that has not settled.
-func pending(c *claim, r rules) Decision {
-	wait := r.settledAt(c).Sub(r.now)
-	return Decision{Reason: ipamv1.ReasonPending, RetryAfter: max(wait, time.Millisecond),
-		Message: "waiting for claims created in the same second before arbitration"}
-}
-
 // pendingRequests returns the slot's explicit requests that hold nothing (or,
 // child pools, something else), in winner order.
 func (n *namespace) pendingRequests(s *slot) []*claim {
@@ -286,45 +312,48 @@ func (n *namespace) pendingRequests(s *slot) []*claim {
 	for key := range s.requests {
 		out = append(out, s.claims[key])
 	}
-	slices.SortFunc(out, func(a, b *claim) int {
-		return statuscalc.Older(a.statuscalcClaim(""), b.statuscalcClaim(""))
-	})
+	slices.SortFunc(out, olderClaim)
 	return out
 }
 
-// sweep decides the slot's settled pending explicit requests in winner
-// order. Settling follows creation order, so the settled requests are
-// always the oldest ones. It returns the claims it granted and the waiters of
-// child pools whose range it granted or moved, to be woken.
-func (n *namespace) sweep(s *slot, r rules) []ClaimKey {
+// sweep decides the slot's pending explicit requests in winner order, each
+// taking its range if the pool's rules allow it and no held range overlaps
+// it. A child pool that asks for another range also needs its own claims to
+// fit the new range. It returns the claims to wake: the ones it granted,
+// the waiters of child pools whose range it granted or moved, and the
+// waiters a moved child pool made room for.
+func (n *namespace) sweep(s *slot) []ClaimKey {
 	if !s.sweep || s.space == nil {
 		return nil
 	}
 	s.sweep = false
 	var wake []ClaimKey
 	for _, c := range n.pendingRequests(s) {
-		if r.now.Before(r.settledAt(c)) {
-			s.sweep = true // decide it, and the younger ones, once it settles
-			break
-		}
-		if n.outOfRange(s, c) != "" {
+		if n.outOfRange(s, c) != "" || n.placedOverlapping(s, c, c.requested) != nil {
 			continue
 		}
 		old := c.holds()
-		if old.IsValid() && !n.resizeFits(c) {
+		if old.IsValid() && len(n.outsideResize(c)) > 0 {
 			continue
 		}
-		if old.IsValid() && c.placed {
-			_ = s.space.Release(old) // placed, so held
+		// The request is inside the pool, off its reserved ranges and
+		// overlaps no other held range, so once c's own range is released
+		// it is free.
+		wasPlaced := c.placed
+		if old.IsValid() && wasPlaced {
+			n.release(s, c, old)
 		}
 		if s.space.Claim(c.requested) != nil {
-			if old.IsValid() && c.placed {
-				_ = s.space.Claim(old) // just released: free
-			}
+			// Not reached; should the map disagree with the index, rebuild
+			// it from the claims rather than decide on it.
+			n.buildSpace(s)
 			continue
 		}
 		n.assume(s, c, c.requested)
 		wake = append(wake, c.key)
+		if old.IsValid() && wasPlaced {
+			wake = append(wake, n.afterRelease(s, old)...)
+		}
 		if c.key.Kind() == statuscalc.KindSubnetPool {
 			if child := n.slots[c.key.Name()]; child != nil && n.rebuildSpace(child) {
 				wake = append(wake, n.waiters(child)...)
@@ -334,36 +363,23 @@ func (n *namespace) sweep(s *slot, r rules) []ClaimKey {
 	return wake
 }
 
-// allocateAround allocates a block of length from the slot's map around the
-// ranges of unsettled explicit requests, which are held for the duration so
-// that an allocation does not take a range an older request will win.
-func (n *namespace) allocateAround(s *slot, length int, r rules) (netip.Prefix, bool) {
-	var held []netip.Prefix
-	for _, c := range n.pendingRequests(s) {
-		if !c.holds().IsValid() && r.now.Before(r.settledAt(c)) && n.outOfRange(s, c) == "" && s.space.Claim(c.requested) == nil {
-			held = append(held, c.requested)
-		}
-	}
-	p, ok := s.space.Allocate(length)
-	for _, h := range held {
-		_ = s.space.Release(h) // claimed just above
-	}
-	return p, ok
-}
-
-// resizeFits reports whether a child pool's own held claims fit the range
-// it now asks for.
-func (n *namespace) resizeFits(c *claim) bool {
+// outsideResize returns the held claims of a child pool that lie outside
+// the range it now asks for: what blocks the change.
+func (n *namespace) outsideResize(c *claim) map[ClaimKey]struct{} {
 	child := n.slots[c.key.Name()]
-	if child == nil {
-		return true
+	if child == nil || c.key.Kind() != statuscalc.KindSubnetPool {
+		return nil
 	}
-	for _, cc := range child.claims {
+	var out map[ClaimKey]struct{}
+	for key, cc := range child.claims {
 		if h := cc.holds(); h.IsValid() && !statuscalc.Contains(c.requested, h) {
-			return false
+			if out == nil {
+				out = map[ClaimKey]struct{}{}
+			}
+			out[key] = struct{}{}
 		}
 	}
-	return true
+	return out
 }
 
 // assume records that the arbiter granted p to c; p is already held in the
@@ -376,25 +392,28 @@ func (n *namespace) assume(s *slot, c *claim, p netip.Prefix) {
 	s.noteWaiting(c)
 }
 
-// Forget withdraws an assumed grant whose write failed for good (the object
-// is gone, or the API refused the status). The range is free again.
-func (l *Ledger) Forget(namespace string, key ClaimKey, p netip.Prefix) {
+// Forget withdraws the assumed grant p of the claim key of the object with
+// this UID, whose write failed for good (the object is gone, or the API
+// refused the status). The range is free again. A claim of another object
+// under the same name is left alone.
+func (l *Ledger) Forget(namespace string, key ClaimKey, uid types.UID, p netip.Prefix) {
 	n := l.ns(namespace, false)
 	if n == nil {
 		return
 	}
 	n.mu.Lock()
 	c := n.claims[key]
-	if c == nil || c.assumed != p {
+	if c == nil || c.uid != uid || c.assumed != p {
 		n.mu.Unlock()
 		return
 	}
 	s := n.slots[c.pool]
 	n.indexClaim(s, c, false)
-	if c.placed && s.space != nil {
-		_ = s.space.Release(p)
+	if c.placed {
+		n.release(s, c, p)
 	}
-	c.assumed, c.placed = netip.Prefix{}, false
+	c.assumed = netip.Prefix{}
+	n.unplace(s, c)
 	n.place(s, c) // the API's view, if it holds something
 	n.indexClaim(s, c, true)
 	s.noteWaiting(c)

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
@@ -65,10 +66,11 @@ func (l *Ledger) publish(ev Event) {
 }
 
 // noteChange records the newest resourceVersion of a kind and wakes the
-// admission barrier's waiters.
+// waiters of the admission barrier and of CatchUp. The version only moves
+// forward: a tombstone (a delete the watch missed) carries an older one.
 func (l *Ledger) noteChange(kind, resourceVersion string) {
 	l.freshMu.Lock()
-	if resourceVersion != "" {
+	if last := l.lastRV[kind]; resourceVersion != "" && (last == "" || newer(resourceVersion, last)) {
 		l.lastRV[kind] = resourceVersion
 	}
 	close(l.changed)
@@ -107,7 +109,7 @@ func (l *Ledger) DeleteSubnet(obj any) {
 		}
 		n.mu.Unlock()
 	}
-	l.noteChange(statuscalc.KindSubnet, "")
+	l.noteChange(statuscalc.KindSubnet, s.ResourceVersion)
 	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: obj, Wake: wake})
 }
 
@@ -135,7 +137,9 @@ func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
 	// Claims waiting on this pool look again when it may now serve them: it
 	// appeared, changed what it hands out or how, or is terminating. Not on
 	// a status-only update (our own writes), which changes none of that.
+	// Its pending requests are arbitrated again under the new rules.
 	if previous == nil || rebuilt || !sameRules(previous, facts) {
+		s.sweep = true
 		wake = append(wake, n.waiters(s)...)
 	}
 	n.mu.Unlock()
@@ -165,7 +169,7 @@ func (l *Ledger) DeletePool(obj any) {
 		}
 		n.mu.Unlock()
 	}
-	l.noteChange(statuscalc.KindSubnetPool, "")
+	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
 	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: obj, Wake: dedupe(wake)})
 }
 
@@ -176,13 +180,53 @@ func sameRules(a, b *pool) bool {
 		slices.Equal(a.reserved, b.reserved)
 }
 
-// wakeAfterRelease returns the waiters of a pool whose space was released.
+// wakeAfterRelease returns the claims to wake after a claim of the pool
+// released a range.
 func (n *namespace) wakeAfterRelease(poolName string, released netip.Prefix) []ClaimKey {
 	s := n.slots[poolName]
 	if s == nil || !released.IsValid() {
 		return nil
 	}
-	return n.waiters(s)
+	return n.afterRelease(s, released)
+}
+
+// afterRelease returns the claims that released may let in: waiting
+// requests that overlap it, waiting dynamic claims that a free block now
+// fits, and, when the pool is a child pool waiting to change its range
+// until its claims fit, that child pool (its parent sweeps again). Waking
+// only these keeps a release in a pool with many waiters from reconciling
+// them all. O(w) in the pool's waiting claims.
+func (n *namespace) afterRelease(s *slot, released netip.Prefix) []ClaimKey {
+	var wake []ClaimKey
+	if s.space != nil {
+		largest := s.space.Usage().LargestFree
+		for key := range s.waiting {
+			c := s.claims[key]
+			switch {
+			case c.requested.IsValid():
+				if c.requested.Overlaps(released) {
+					wake = append(wake, key)
+				}
+			case largest.IsValid():
+				length := c.prefixLength
+				if length < 0 {
+					length = s.pool.defaultLen
+				}
+				if length >= largest.Bits() {
+					wake = append(wake, key)
+				}
+			}
+		}
+	}
+	if s.pool != nil && s.pool.parent != "" {
+		if c := n.claims[PoolKey(s.name)]; c != nil && c.requested.IsValid() && c.requested != c.holds() {
+			if parent := n.slots[s.pool.parent]; parent != nil {
+				parent.sweep = true
+			}
+			wake = append(wake, c.key)
+		}
+	}
+	return wake
 }
 
 // waiters are the claims of a slot that hold nothing, or (child pools) ask
@@ -199,6 +243,12 @@ func (n *namespace) waiters(s *slot) []ClaimKey {
 func dedupe(keys []ClaimKey) []ClaimKey {
 	slices.Sort(keys)
 	return slices.Compact(keys)
+}
+
+// newer reports whether resourceVersion a is later than b.
+func newer(a, b string) bool {
+	cmp, err := resourceversion.CompareResourceVersion(a, b)
+	return err == nil && cmp > 0
 }
 
 // unwrap returns the object of an informer delete event, which may be a

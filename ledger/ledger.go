@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -61,6 +62,7 @@ type claim struct {
 	key     ClaimKey
 	pool    string // the pool it claims from (spec.poolRef, or a child's spec.parentRef)
 	uid     types.UID
+	rv      string // the resourceVersion of the object the facts come from
 	created time.Time
 	seen    time.Time // when the ledger first saw it
 
@@ -82,6 +84,12 @@ type claim struct {
 	// that collides with another (a bypassed arbiter, a hand-written status)
 	// is not placed and is reported.
 	placed bool
+	// outside: the held range breaks its pool's current rules: it lies
+	// outside the range the pool serves (not placed) or on a reserved range
+	// (placed, carved out of the reserved space). Only a pool edit that raced
+	// the grant does that; the claim keeps its range and the pool reports it
+	// (reason ClaimsOutside).
+	outside bool
 
 	// reason is the Ready condition's reason in status, for reporting.
 	reason string
@@ -108,6 +116,7 @@ func (c *claim) statuscalcClaim(namespace string) statuscalc.Claim {
 type pool struct {
 	name       string
 	uid        types.UID
+	rv         string
 	generation int64
 	created    time.Time
 	deleting   bool
@@ -141,6 +150,9 @@ type slot struct {
 	// collisions holds the claims whose held range is not placed because it
 	// collides (see claim.placed).
 	collisions map[ClaimKey]struct{}
+	// outside holds the claims whose held range breaks the pool's current
+	// rules (see claim.outside).
+	outside map[ClaimKey]struct{}
 	// requests holds the explicit requests that do not hold their range: the
 	// claims a sweep decides. A subset of waiting, kept apart so that a
 	// dynamic allocation does not scan the dynamic claims waiting with it.
@@ -185,40 +197,23 @@ type Ledger struct {
 	listeners    map[int]func(Event)
 	nextListener int
 
-	// Guarded by freshMu: the arbiter's clock and settle margin.
-	clock        func() time.Time
-	settleMargin time.Duration
-
 	synced func() bool
+
+	// catchUpMu serialises CatchUp; caughtUp is set once it succeeded.
+	catchUpMu sync.Mutex
+	caughtUp  bool
 }
 
 // New returns an empty ledger. It reports itself synced only once informers
 // registered with Feed have delivered their initial lists.
 func New() *Ledger {
 	return &Ledger{
-		namespaces:   map[string]*namespace{},
-		listeners:    map[int]func(Event){},
-		lastRV:       map[string]string{},
-		changed:      make(chan struct{}),
-		synced:       func() bool { return false },
-		clock:        time.Now,
-		settleMargin: DefaultSettleMargin,
+		namespaces: map[string]*namespace{},
+		listeners:  map[int]func(Event){},
+		lastRV:     map[string]string{},
+		changed:    make(chan struct{}),
+		synced:     func() bool { return false },
 	}
-}
-
-// SetSettleMargin changes how long the arbiter waits, after a claim's
-// creation second ends, for the claims created in that second.
-func (l *Ledger) SetSettleMargin(d time.Duration) {
-	l.freshMu.Lock()
-	defer l.freshMu.Unlock()
-	l.settleMargin = d
-}
-
-// SetClock replaces the arbiter's clock (tests).
-func (l *Ledger) SetClock(now func() time.Time) {
-	l.freshMu.Lock()
-	defer l.freshMu.Unlock()
-	l.clock = now
 }
 
 // ns returns the namespace, creating it when create is set.
@@ -241,7 +236,8 @@ func (l *Ledger) ns(name string, create bool) *namespace {
 func (n *namespace) slot(name string) *slot {
 	s := n.slots[name]
 	if s == nil {
-		s = &slot{name: name, claims: map[ClaimKey]*claim{}, waiting: map[ClaimKey]struct{}{}, requests: map[ClaimKey]struct{}{}, collisions: map[ClaimKey]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[ClaimKey]()}
+		s = &slot{name: name, claims: map[ClaimKey]*claim{}, waiting: map[ClaimKey]struct{}{}, requests: map[ClaimKey]struct{}{},
+			collisions: map[ClaimKey]struct{}{}, outside: map[ClaimKey]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[ClaimKey]()}
 		n.slots[name] = s
 	}
 	return s
@@ -260,6 +256,7 @@ func subnetFacts(s *ipamv1.Subnet) *claim {
 		key:          SubnetKey(s.Name),
 		pool:         s.Spec.PoolRef,
 		uid:          s.UID,
+		rv:           s.ResourceVersion,
 		created:      s.CreationTimestamp.Time,
 		prefixLength: -1,
 	}
@@ -284,6 +281,7 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 	pl := &pool{
 		name:       p.Name,
 		uid:        p.UID,
+		rv:         p.ResourceVersion,
 		generation: p.Generation,
 		created:    p.CreationTimestamp.Time,
 		deleting:   p.DeletionTimestamp != nil,
@@ -302,6 +300,7 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 		key:          PoolKey(p.Name),
 		pool:         p.Spec.ParentRef,
 		uid:          p.UID,
+		rv:           p.ResourceVersion,
 		created:      pl.created,
 		requested:    pl.spec,
 		invalidSpec:  !pl.spec.IsValid(),
@@ -356,17 +355,16 @@ func (n *namespace) upsertClaim(next *claim) (released netip.Prefix) {
 		s.count(old.key, old.reason, -1)
 		s.count(old.key, next.reason, +1)
 	}
-	old.held, old.reason, old.created = next.held, next.reason, next.created
+	old.held, old.reason, old.created, old.rv = next.held, next.reason, next.created, next.rv
 	if requestChanged && old.requested.IsValid() {
 		s.sweep = true // a child pool asks for a new range
 	}
 	if old.holds() != oldHolds {
-		if old.placed && s.space != nil {
-			_ = s.space.Release(oldHolds) // placed ranges are held by construction
+		if old.placed {
+			n.release(s, old, oldHolds)
 			released = oldHolds
-			s.sweep = true
 		}
-		old.placed = false
+		n.unplace(s, old)
 		n.place(s, old)
 	}
 	n.indexClaim(s, old, true)
@@ -415,13 +413,12 @@ func (n *namespace) removeClaim(key ClaimKey) (released netip.Prefix) {
 	s.count(key, c.reason, -1)
 	delete(s.waiting, key)
 	delete(s.requests, key)
-	delete(s.collisions, key)
-	if c.placed && s.space != nil {
-		_ = s.space.Release(c.holds())
+	if c.placed {
+		n.release(s, c, c.holds())
 		released = c.holds()
-		s.sweep = true
-		n.replaceCollisions(s)
 	}
+	n.unplace(s, c)
+	n.replaceCollisions(s)
 	n.dropIfEmpty(s)
 	return released
 }
@@ -440,32 +437,84 @@ func (n *namespace) indexClaim(s *slot, c *claim, add bool) {
 	}
 }
 
-// place puts a claim's held range into its pool's map; a collision leaves
-// it unplaced (reported, and retried when space is released).
+// place puts a claim's held range into its pool's map. A range outside the
+// served range is marked outside; one that collides with another held range
+// is left unplaced (reported, and retried when space is released); one on a
+// reserved range (a pool edit raced its grant) is carved out of the reserved
+// space by rebuilding the map around it.
 func (n *namespace) place(s *slot, c *claim) {
-	delete(s.collisions, c.key)
-	if c.placed || s.space == nil || !c.holds().IsValid() {
+	h := c.holds()
+	if c.placed || s.space == nil || !h.IsValid() {
 		return
 	}
-	c.placed = s.space.Claim(c.holds()) == nil
-	if !c.placed {
-		s.collisions[c.key] = struct{}{}
+	if !statuscalc.Contains(s.serving, h) {
+		c.outside = true
+		s.outside[c.key] = struct{}{}
+		return
 	}
+	if s.space.Claim(h) == nil {
+		c.placed = true
+		return
+	}
+	if n.placedOverlapping(s, c, h) != nil {
+		s.collisions[c.key] = struct{}{}
+		return
+	}
+	n.buildSpace(s)
+}
+
+// unplace clears what place recorded of c (its range is released already).
+func (n *namespace) unplace(s *slot, c *claim) {
+	c.placed, c.outside = false, false
+	delete(s.collisions, c.key)
+	delete(s.outside, c.key)
+}
+
+// release returns c's placed range p to its pool's free space; the part of
+// p on a reserved range becomes reserved again.
+func (n *namespace) release(s *slot, c *claim, p netip.Prefix) {
+	_ = s.space.Release(p) // placed ranges are held by construction
+	s.sweep = true
+	if !c.outside {
+		return
+	}
+	for _, r := range intersect(s.pool.reserved, p) {
+		_ = s.space.Reserve(r) // just released: free
+	}
+}
+
+// placedOverlapping returns a placed claim other than c whose range
+// overlaps p, or nil.
+func (n *namespace) placedOverlapping(s *slot, c *claim, p netip.Prefix) *claim {
+	var found *claim
+	s.index.Overlapping(p, func(e ipspace.Entry[ClaimKey]) bool {
+		if other := n.claims[e.Owner]; other != nil && other != c && other.placed && other.holds().Overlaps(p) {
+			found = other
+			return false
+		}
+		return true
+	})
+	return found
 }
 
 // replaceCollisions retries, oldest first, the held ranges that collided.
 func (n *namespace) replaceCollisions(s *slot) {
-	if len(s.collisions) == 0 {
+	if len(s.collisions) == 0 || s.space == nil {
 		return
 	}
 	unplaced := make([]*claim, 0, len(s.collisions))
 	for key := range s.collisions {
 		unplaced = append(unplaced, s.claims[key])
 	}
-	slices.SortFunc(unplaced, func(a, b *claim) int { return statuscalc.Older(a.statuscalcClaim(""), b.statuscalcClaim("")) })
+	slices.SortFunc(unplaced, olderClaim)
 	for _, c := range unplaced {
+		delete(s.collisions, c.key)
 		n.place(s, c)
 	}
+}
+
+func olderClaim(a, b *claim) int {
+	return statuscalc.Older(a.statuscalcClaim(""), b.statuscalcClaim(""))
 }
 
 // servingRange is the range a slot's pool hands out: spec.cidr for a root
@@ -485,8 +534,8 @@ func (n *namespace) servingRange(s *slot) netip.Prefix {
 }
 
 // rebuildSpace recomputes the range the slot's pool serves and, if it or
-// the reserved ranges changed, rebuilds the free-space map from the claims
-// that hold ranges. It reports whether the map was rebuilt.
+// the reserved ranges changed, rebuilds the free-space map. It reports
+// whether the map was rebuilt.
 func (n *namespace) rebuildSpace(s *slot) bool {
 	serving := n.servingRange(s)
 	var reserved []netip.Prefix
@@ -496,37 +545,122 @@ func (n *namespace) rebuildSpace(s *slot) bool {
 	if serving == s.serving && (s.space != nil) == serving.IsValid() && slices.Equal(reserved, s.spaceReserved) {
 		return false
 	}
+	s.serving = serving
+	n.buildSpace(s)
+	return true
+}
+
+// buildSpace builds the slot's free-space map for the range it serves from
+// the claims that hold ranges. Pool rules apply to decisions made after the
+// ledger sees them; a range granted before is never taken away. So a held
+// range outside the served range is marked outside and not placed, and a
+// held range on a reserved range is placed and carved out of the reserved
+// space (both are reported as ClaimsOutside). Held ranges that collide with
+// each other are placed oldest first; the younger are reported.
+func (n *namespace) buildSpace(s *slot) {
 	for _, c := range s.claims {
-		c.placed = false
+		c.placed, c.outside = false, false
 	}
 	clear(s.collisions)
-	s.serving, s.space, s.spaceReserved = serving, nil, nil
-	if !serving.IsValid() {
-		return true
+	clear(s.outside)
+	s.space, s.spaceReserved = nil, nil
+	if !s.serving.IsValid() {
+		return
 	}
-	var holders []*claim
+	var inside []*claim
 	for _, c := range s.claims {
-		if c.holds().IsValid() {
-			holders = append(holders, c)
+		switch h := c.holds(); {
+		case !h.IsValid():
+		case !statuscalc.Contains(s.serving, h):
+			c.outside = true
+			s.outside[c.key] = struct{}{}
+		default:
+			inside = append(inside, c)
 		}
 	}
-	ranges := make([]netip.Prefix, len(holders))
-	for i, c := range holders {
-		ranges[i] = c.holds()
+	reserved := s.pool.reserved
+	effective, onReserved := n.carveReserved(s, reserved, inside)
+	space, err := ipspace.NewSpaceHolding(s.serving, effective, heldRanges(inside))
+	if err != nil {
+		// Some held ranges collide (only a bypassed arbiter or a
+		// hand-written status does that): the older keeps its range, and
+		// the reserved space is carved for the winners only.
+		var winners []*claim
+		slices.SortFunc(inside, olderClaim)
+		probe := ipspace.NewSpace(s.serving, nil)
+		for _, c := range inside {
+			if probe.Claim(c.holds()) == nil {
+				winners = append(winners, c)
+			} else {
+				s.collisions[c.key] = struct{}{}
+			}
+		}
+		inside = winners
+		effective, onReserved = n.carveReserved(s, reserved, inside)
+		space, _ = ipspace.NewSpaceHolding(s.serving, effective, heldRanges(inside)) // disjoint by construction
 	}
-	space, err := ipspace.NewSpaceHolding(serving, reserved, ranges)
+	for _, c := range inside {
+		c.placed = true
+	}
+	for _, c := range onReserved {
+		c.outside = true
+		s.outside[c.key] = struct{}{}
+	}
 	s.space, s.spaceReserved, s.sweep = space, slices.Clone(reserved), true
-	if err == nil {
-		for _, c := range holders {
-			c.placed = true
-		}
-		return true
+}
+
+// carveReserved returns the reserved ranges minus the held ranges of holders
+// that lie on them, and those holders.
+func (n *namespace) carveReserved(s *slot, reserved []netip.Prefix, holders []*claim) ([]netip.Prefix, []*claim) {
+	if len(reserved) == 0 {
+		return nil, nil
 	}
-	// Some held ranges collide: NewSpaceHolding returned a map holding
-	// nothing; place them one by one, oldest first.
+	isHolder := make(map[*claim]bool, len(holders))
 	for _, c := range holders {
-		s.collisions[c.key] = struct{}{}
+		isHolder[c] = true
 	}
-	n.replaceCollisions(s)
-	return true
+	var on []*claim
+	seen := map[*claim]bool{}
+	for _, r := range reserved {
+		s.index.Overlapping(r, func(e ipspace.Entry[ClaimKey]) bool {
+			if c := n.claims[e.Owner]; c != nil && isHolder[c] && !seen[c] && c.holds().Overlaps(r) {
+				seen[c] = true
+				on = append(on, c)
+			}
+			return true
+		})
+	}
+	if len(on) == 0 {
+		return reserved, nil
+	}
+	var b netipx.IPSetBuilder
+	for _, r := range reserved {
+		b.AddPrefix(r)
+	}
+	for _, c := range on {
+		b.RemovePrefix(c.holds())
+	}
+	set, _ := b.IPSet() // errors only on invalid prefixes
+	return set.Prefixes(), on
+}
+
+func heldRanges(claims []*claim) []netip.Prefix {
+	out := make([]netip.Prefix, len(claims))
+	for i, c := range claims {
+		out[i] = c.holds()
+	}
+	return out
+}
+
+// intersect returns the parts of p that lie on any of the ranges.
+func intersect(ranges []netip.Prefix, p netip.Prefix) []netip.Prefix {
+	var b, only netipx.IPSetBuilder
+	for _, r := range ranges {
+		b.AddPrefix(r)
+	}
+	only.AddPrefix(p)
+	pSet, _ := only.IPSet()
+	b.Intersect(pSet)
+	set, _ := b.IPSet()
+	return set.Prefixes()
 }

@@ -76,9 +76,18 @@ func newLedger() (*Ledger, *recorder) {
 
 func decide(t *testing.T, l *Ledger, name string) Decision {
 	t.Helper()
-	d, ok := l.DecideSubnet(ns, name)
+	d, ok := l.DecideSubnet(ns, name, types.UID("uid-"+name))
 	if !ok {
 		t.Fatalf("DecideSubnet(%s): unknown", name)
+	}
+	return d
+}
+
+func decidePool(t *testing.T, l *Ledger, name string) Decision {
+	t.Helper()
+	d, ok := l.DecidePool(ns, name, types.UID("uid-"+name))
+	if !ok {
+		t.Fatalf("DecidePool(%s): unknown", name)
 	}
 	return d
 }
@@ -161,7 +170,7 @@ func TestDynamicAllocationExhaustionAndRecovery(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("allocations (-want +got):\n%s", diff)
 	}
-	if d := decide(t, l, "d3"); d.Message != "no free /26 block in SubnetPool team-a/p (10.0.0.0/24); the pool is full; waiting for space to be freed or the pool to grow" {
+	if d := decide(t, l, "d3"); d.Message != "no free /26 block in SubnetPool team-a/p (10.0.0.0/24); waiting for space to be freed or the pool to grow" {
 		t.Errorf("message %q", d.Message)
 	}
 	rec.events = nil
@@ -244,7 +253,7 @@ func TestChildPools(t *testing.T) {
 		t.Fatalf("before the grant: %+v", d)
 	}
 	rec.events = nil
-	d, _ := l.DecidePool(ns, "team")
+	d := decidePool(t, l, "team")
 	if !d.Ready() || d.CIDR.String() != "10.0.128.0/17" || !d.Assumed {
 		t.Fatalf("child pool: %+v", d)
 	}
@@ -266,17 +275,17 @@ func TestChildPools(t *testing.T) {
 	}
 	// A sibling that overlaps loses, and says so.
 	l.ApplyPool(childPool("sibling", "root", "10.0.192.0/18", 3), Created, nil)
-	if d, _ := l.DecidePool(ns, "sibling"); d.Reason != ipamv1.ReasonOverlaps || d.Winner != "SubnetPool/team" {
+	if d := decidePool(t, l, "sibling"); d.Reason != ipamv1.ReasonOverlaps || d.Winner != "SubnetPool/team" {
 		t.Errorf("overlapping sibling: %+v", d)
 	}
 	// Growing the child past a sibling's range fails and keeps the old range.
 	l.ApplyPool(childPool("low", "root", "10.0.64.0/18", 4), Created, nil)
-	if d, _ := l.DecidePool(ns, "low"); !d.Ready() {
+	if d := decidePool(t, l, "low"); !d.Ready() {
 		t.Fatalf("low: %+v", d)
 	}
 	grown := childPool("team", "root", "10.0.0.0/16", 1)
 	l.ApplyPool(grown, Updated, team)
-	d, _ = l.DecidePool(ns, "team")
+	d = decidePool(t, l, "team")
 	if d.Ready() || d.CIDR.String() != "10.0.128.0/17" || d.Reason != ipamv1.ReasonOverlaps || d.Winner != "SubnetPool/low" {
 		t.Errorf("blocked growth: %+v", d)
 	}
@@ -286,7 +295,7 @@ func TestCycleIsReported(t *testing.T) {
 	l, _ := newLedger()
 	l.ApplyPool(childPool("a", "b", "10.0.0.0/16", 0), Created, nil)
 	l.ApplyPool(childPool("b", "a", "10.0.0.0/8", 0), Created, nil)
-	d, _ := l.DecidePool(ns, "a")
+	d := decidePool(t, l, "a")
 	if d.Reason != ipamv1.ReasonCycle || d.Message != "parentRef chain leads back to this pool: a -> b -> a" {
 		t.Errorf("cycle: %+v", d)
 	}
@@ -330,7 +339,7 @@ func TestForgetReleasesTheAssumption(t *testing.T) {
 		t.Fatal(d)
 	}
 	rec.events = nil
-	l.Forget(ns, SubnetKey("a"), d.CIDR)
+	l.Forget(ns, SubnetKey("a"), "uid-a", d.CIDR)
 	if !slices.Contains(rec.woken(), "Subnet/b") {
 		t.Error("Forget did not wake b")
 	}
@@ -382,8 +391,19 @@ func TestAdmissionQueries(t *testing.T) {
 	if _, total := l.Overlapping(ns, "p", netip.MustParsePrefix("10.0.1.0/24"), "Subnet/a", 5); total != 0 {
 		t.Errorf("Overlapping excluding itself = %d", total)
 	}
-	if found, total := l.Outside(ns, "p", netip.MustParsePrefix("10.0.0.0/17"), 5); total != 1 || found[0].Key != "SubnetPool/c" {
-		t.Errorf("Outside = %v, %d", found, total)
+	// Only held ranges bind a pool edit: "a" and "c" hold nothing yet.
+	all := netip.MustParsePrefix("10.0.0.0/16")
+	if found, total := l.HeldLeftOutside(ns, "p", all, netip.MustParsePrefix("10.0.0.0/23"), 5); total != 1 || found[0].Key != "Subnet/b" {
+		t.Errorf("HeldLeftOutside = %v, %d", found, total)
+	}
+	if _, total := l.HeldLeftOutside(ns, "p", all, netip.MustParsePrefix("10.0.0.0/17"), 5); total != 0 {
+		t.Errorf("HeldLeftOutside(10.0.0.0/17) = %d, want 0 (c only asks for 10.0.128.0/17)", total)
+	}
+	if _, total := l.HeldLeftOutside(ns, "p", netip.MustParsePrefix("10.0.0.0/23"), netip.MustParsePrefix("10.0.0.0/24"), 5); total != 0 {
+		t.Errorf("HeldLeftOutside from 10.0.0.0/23 = %d, want 0 (b lies outside it already)", total)
+	}
+	if found, total := l.HeldOverlapping(ns, "p", netip.MustParsePrefix("10.0.0.0/22"), 5); total != 1 || found[0].Key != "Subnet/b" {
+		t.Errorf("HeldOverlapping = %v, %d", found, total)
 	}
 	named, subnets, children := l.Users(ns, "p", 2)
 	if diff := cmp.Diff([]ClaimKey{"Subnet/a", "Subnet/b"}, named); diff != "" || subnets != 2 || children != 1 {
@@ -412,35 +432,5 @@ func TestCaughtUp(t *testing.T) {
 		if got := l.CaughtUp(tt.w); got != tt.want {
 			t.Errorf("CaughtUp(%+v) = %v, want %v", tt.w, got, tt.want)
 		}
-	}
-}
-
-func TestExplicitRequestsSettleFirst(t *testing.T) {
-	l, _ := newLedger()
-	now := time.Date(2026, 5, 5, 12, 0, 0, 300_000_000, time.UTC) // 0.3 s into a second
-	l.SetClock(func() time.Time { return now })
-	l.SetSettleMargin(200 * time.Millisecond)
-	l.ApplyPool(rootPool("p", "10.0.0.0/24", 26), Created, nil)
-
-	fresh := explicit("fresh", "p", "10.0.0.0/26", 0)
-	fresh.CreationTimestamp = metav1.NewTime(now.Truncate(time.Second))
-	l.ApplySubnet(fresh, Created, nil)
-	d := decide(t, l, "fresh")
-	// Settles at 12:00:01.2, 0.9 s from now.
-	if d.Reason != ipamv1.ReasonPending || d.RetryAfter != 900*time.Millisecond {
-		t.Fatalf("fresh request: %+v", d)
-	}
-	// A dynamic allocation in the meantime goes around the unsettled range.
-	l.ApplySubnet(dynamic("dyn", "p", 26, 0), Created, nil)
-	if d := decide(t, l, "dyn"); d.CIDR.String() != "10.0.0.64/26" {
-		t.Fatalf("dynamic during settle: %+v", d)
-	}
-	// A claim created later in the same second with a smaller name wins.
-	rival := explicit("early-name", "p", "10.0.0.0/26", 0)
-	rival.CreationTimestamp = fresh.CreationTimestamp
-	l.ApplySubnet(rival, Created, nil)
-	now = now.Add(time.Second)
-	if d := decide(t, l, "fresh"); d.Reason != ipamv1.ReasonOverlaps || d.Winner != "Subnet/early-name" {
-		t.Fatalf("after settling: %+v", d)
 	}
 }

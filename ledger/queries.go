@@ -3,6 +3,7 @@ package ledger
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/subnet-operator/subnet-operator/ipspace"
@@ -67,10 +68,13 @@ func (l *Ledger) Overlapping(namespace, pool string, p netip.Prefix, exclude Cla
 	return c.found, len(c.seen) - 1
 }
 
-// Outside returns up to limit claims of a pool with a requested or held
-// range that does not lie inside p, and how many there are: what a pool
-// cannot shrink below. O(n) in the pool's claims; pools change rarely.
-func (l *Ledger) Outside(namespace, pool string, p netip.Prefix, limit int) ([]Claimant, int) {
+// HeldLeftOutside returns up to limit claims of a pool whose held range lies
+// inside from but not inside to, and how many there are: what shrinking the
+// pool from one range to the other would leave outside. Claims that hold
+// nothing (waiting, or out of range) do not count: a pool edit takes nothing
+// from them; nor do claims already outside from. O(n) in the pool's claims;
+// pools change rarely.
+func (l *Ledger) HeldLeftOutside(namespace, pool string, from, to netip.Prefix, limit int) ([]Claimant, int) {
 	n := l.ns(namespace, false)
 	if n == nil {
 		return nil, 0
@@ -82,8 +86,32 @@ func (l *Ledger) Outside(namespace, pool string, p netip.Prefix, limit int) ([]C
 		return nil, 0
 	}
 	c := collector{limit: limit, seen: map[ClaimKey]bool{}}
-	s.index.Ascend(func(e ipspace.Entry[ClaimKey]) bool {
-		if !statuscalc.Contains(p, e.Prefix) {
+	for key, cl := range s.claims {
+		if h := cl.holds(); h.IsValid() && statuscalc.Contains(from, h) && !statuscalc.Contains(to, h) {
+			c.add(ipspace.Entry[ClaimKey]{Prefix: h, Owner: key})
+		}
+	}
+	c.sort()
+	return c.found, len(c.seen)
+}
+
+// HeldOverlapping returns up to limit claims of a pool whose held range
+// overlaps p, and how many there are: what a new reserved range would
+// cover. O(L log n + k).
+func (l *Ledger) HeldOverlapping(namespace, pool string, p netip.Prefix, limit int) ([]Claimant, int) {
+	n := l.ns(namespace, false)
+	if n == nil {
+		return nil, 0
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	s := n.slots[pool]
+	if s == nil {
+		return nil, 0
+	}
+	c := collector{limit: limit, seen: map[ClaimKey]bool{}}
+	s.index.Overlapping(p, func(e ipspace.Entry[ClaimKey]) bool {
+		if cl := n.claims[e.Owner]; cl != nil && cl.holds() == e.Prefix {
 			c.add(e)
 		}
 		return true
@@ -106,6 +134,18 @@ func (c *collector) add(e ipspace.Entry[ClaimKey]) bool {
 		}
 	}
 	return true
+}
+
+// sort orders the claims found by range, for a scan in no particular order.
+// With more than limit claims, which ones are named still depends on the
+// scan; the count does not.
+func (c *collector) sort() {
+	slices.SortFunc(c.found, func(a, b Claimant) int {
+		if d := a.Range.Addr().Compare(b.Range.Addr()); d != 0 {
+			return d
+		}
+		return strings.Compare(string(a.Key), string(b.Key))
+	})
 }
 
 // Users returns up to limit of the claims that reference a pool (Subnets

@@ -5,21 +5,19 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 )
 
 // TestConcurrentArbitration drives the ledger as the manager does, with the
-// race detector on: a feeder applies creates (the informer), reconcile
+// race detector on: two feeders apply creates (the informer), reconcile
 // workers decide in parallel, and their "status writes" come back as
 // updates on other goroutines. At the end no two held ranges overlap, every
-// dynamic Subnet holds a range inside the pool, and each group of
-// overlapping explicit claims has exactly one winner, its oldest member
-// (ties on the second-resolution timestamp go to the smaller name), which
-// every loser names.
+// dynamic Subnet holds a range inside the pool, every grant was written once
+// and never changed, and each group of overlapping explicit claims has
+// exactly one winner, which every loser names. Which member wins depends on
+// arrival (the first grant stands); the deterministic order among claims
+// pending at one decision is TestExplicitClaimsOldestWins's.
 func TestConcurrentArbitration(t *testing.T) {
 	const (
 		groups      = 40 // explicit claims of one /24 each, five claimants per group
@@ -29,114 +27,91 @@ func TestConcurrentArbitration(t *testing.T) {
 	)
 	l := New()
 	l.MarkSynced()
-	// The margin must cover the feeders' time to deliver every claim of the
-	// second (hundreds of milliseconds under the race detector): a claim
-	// that arrives after its second has settled is decided against what
-	// is held by then, as an informer lag beyond the margin would.
-	const margin = time.Second
-	l.SetSettleMargin(margin)
 	l.ApplyPool(rootPool("p", "10.0.0.0/16", 26), Created, nil)
-	// Created "now", all in one second, as simultaneous creates are: the
-	// winner of each group is then its smallest name, member 0, whichever
-	// arrives or is decided first.
-	now := time.Now()
-	at := func(s *ipamv1.Subnet) *ipamv1.Subnet {
-		s.CreationTimestamp = metav1.NewTime(now.Truncate(time.Second))
-		return s
-	}
 
 	var subnets []*ipamv1.Subnet
 	for g := range groups {
 		for m := range perGroup {
-			// Ages interleave across groups; within a group member 0 is oldest.
 			// At the top of the pool, clear of the dynamic ones (best fit
 			// fills from the bottom): a dynamic Subnet that got there first
 			// would rightly win, and the admission webhook prevents that race.
-			subnets = append(subnets, at(explicit(fmt.Sprintf("g%02d-m%d", g, m), "p", fmt.Sprintf("10.0.%d.0/24", 215+g), 0)))
+			subnets = append(subnets, explicit(fmt.Sprintf("g%02d-m%d", g, m), "p", fmt.Sprintf("10.0.%d.0/24", 215+g), m))
 		}
 	}
 	for i := range dynamicOnes {
-		subnets = append(subnets, at(dynamic(fmt.Sprintf("d%03d", i), "p", 26, 0)))
+		subnets = append(subnets, dynamic(fmt.Sprintf("d%03d", i), "p", 26, i))
 	}
 	byName := map[string]*ipamv1.Subnet{}
 	for _, s := range subnets {
 		byName[s.Name] = s
 	}
 
+	// work counts items queued and not yet handled, so the test waits for
+	// exactly the end of the work rather than for a quiet spell.
+	var work sync.WaitGroup
 	queue := make(chan string, len(subnets)*4)
 	writes := make(chan *ipamv1.Subnet, len(subnets))
+	enqueue := func(name string) { work.Add(1); queue <- name }
 	l.Subscribe(func(e Event) {
 		if e.Kind == "Subnet" && e.Type == Created {
-			queue <- e.Name
+			enqueue(e.Name)
 		}
 		for _, k := range e.Wake {
-			queue <- k.Name()
+			enqueue(k.Name())
 		}
 	})
 
-	var decided sync.WaitGroup
-	var writers sync.WaitGroup
+	var mu sync.Mutex
+	written := map[string]netip.Prefix{} // every grant, by name
+	var done sync.WaitGroup
 	for range 2 { // the informer delivering our status writes
-		writers.Add(1)
-		go func() {
-			defer writers.Done()
+		done.Go(func() {
 			for s := range writes {
 				l.ApplySubnet(s, Updated, nil)
+				work.Done()
 			}
-		}()
+		})
 	}
-	stop := make(chan struct{})
 	for range workers {
-		decided.Add(1)
-		go func() {
-			defer decided.Done()
-			for {
-				select {
-				case name := <-queue:
-					d, ok := l.DecideSubnet(ns, name)
-					switch {
-					case ok && d.Assumed:
-						writes <- ready(byName[name], d.CIDR.String())
-					case ok && d.RetryAfter > 0: // the controller's RequeueAfter
-						time.AfterFunc(d.RetryAfter, func() { queue <- name })
+		done.Go(func() {
+			for name := range queue {
+				s := byName[name]
+				if d, ok := l.DecideSubnet(ns, name, s.UID); ok && d.Assumed {
+					mu.Lock()
+					if prev, again := written[name]; again && prev != d.CIDR {
+						t.Errorf("%s granted %s, then %s", name, prev, d.CIDR)
 					}
-				case <-stop:
-					return
+					written[name] = d.CIDR
+					mu.Unlock()
+					work.Add(1)
+					writes <- ready(s, d.CIDR.String())
 				}
+				work.Done()
 			}
-		}()
+		})
 	}
 	var fed sync.WaitGroup
 	for half := range 2 { // two feeders: creates arrive concurrently too
-		fed.Add(1)
-		go func() {
-			defer fed.Done()
+		fed.Go(func() {
 			for i := half; i < len(subnets); i += 2 {
 				l.ApplySubnet(subnets[i], Created, nil)
 			}
-		}()
+		})
 	}
 	fed.Wait()
-	// Let the claims settle and the workers drain the queue and the writes.
-	time.Sleep(time.Until(now.Truncate(time.Second).Add(time.Second + margin)))
-	for quiet := 0; quiet < 10; {
-		time.Sleep(20 * time.Millisecond)
-		if len(queue) == 0 && len(writes) == 0 {
-			quiet++
-		} else {
-			quiet = 0
-		}
-	}
-	close(stop)
-	decided.Wait()
+	work.Wait()
+	close(queue)
 	close(writes)
-	writers.Wait()
+	done.Wait()
 
 	held := map[string]netip.Prefix{}
 	for _, s := range subnets {
-		d, _ := l.DecideSubnet(ns, s.Name)
+		d, _ := l.DecideSubnet(ns, s.Name, s.UID)
 		if d.Ready() {
 			held[s.Name] = d.CIDR
+			if d.Assumed {
+				t.Errorf("%s: its grant was never written", s.Name)
+			}
 		}
 	}
 	pool := netip.MustParsePrefix("10.0.0.0/16")
@@ -160,15 +135,24 @@ func TestConcurrentArbitration(t *testing.T) {
 		}
 	}
 	for g := range groups {
-		winner := fmt.Sprintf("g%02d-m0", g)
-		if _, ok := held[winner]; !ok {
-			t.Errorf("group %d: the oldest claim %s does not hold its range", g, winner)
+		var winners []string
+		for m := range perGroup {
+			if name := fmt.Sprintf("g%02d-m%d", g, m); held[name].IsValid() {
+				winners = append(winners, name)
+			}
 		}
-		for m := 1; m < perGroup; m++ {
+		if len(winners) != 1 {
+			t.Errorf("group %d: winners %v, want exactly one", g, winners)
+			continue
+		}
+		for m := range perGroup {
 			name := fmt.Sprintf("g%02d-m%d", g, m)
-			d, _ := l.DecideSubnet(ns, name)
-			if d.Reason != ipamv1.ReasonOverlaps || d.Winner != SubnetKey(winner) {
-				t.Errorf("%s: %s winner %q, want Overlaps naming %s", name, d.Reason, d.Winner, winner)
+			if name == winners[0] {
+				continue
+			}
+			d, _ := l.DecideSubnet(ns, name, byName[name].UID)
+			if d.Reason != ipamv1.ReasonOverlaps || d.Winner != SubnetKey(winners[0]) {
+				t.Errorf("%s: %s winner %q, want Overlaps naming %s", name, d.Reason, d.Winner, winners[0])
 			}
 		}
 	}
