@@ -152,7 +152,10 @@ func Check(subnets []ipamv1.Subnet, pools []ipamv1.SubnetPool) []Finding {
 	for k, claims := range byPool {
 		pool := poolsByKey[k]
 		var rules *ipspace.Rules
-		if pool != nil {
+		// A pool edit that raced a grant leaves the claim its range, and the
+		// pool says so (Ready reason ClaimsOutside): known, not a violation.
+		// Overlaps are violations whatever the pool says.
+		if pool != nil && !claimsOutsideReported(pool) {
 			serving := pool.Status.CIDR
 			if serving == "" {
 				serving = pool.Spec.CIDR
@@ -163,6 +166,9 @@ func Check(subnets []ipamv1.Subnet, pools []ipamv1.SubnetPool) []Finding {
 			}
 		}
 		for _, c := range claims {
+			if pool != nil && rules == nil {
+				continue // ClaimsOutside reported, or an unparseable range the pool reports
+			}
 			if rules == nil {
 				findings = append(findings, Finding{ViolationOutside, c.object,
 					fmt.Sprintf("%s %s/%s holds %s but its pool %s/%s does not exist", c.kind, k.ns, c.object.GetName(), c.prefix, k.ns, k.name)})
@@ -197,6 +203,13 @@ func Check(subnets []ipamv1.Subnet, pools []ipamv1.SubnetPool) []Finding {
 		return cmp.Compare(a.Object.GetName(), b.Object.GetName())
 	})
 	return findings
+}
+
+// claimsOutsideReported reports whether the pool's Ready condition says that
+// claims granted before its last change lie outside its rules.
+func claimsOutsideReported(p *ipamv1.SubnetPool) bool {
+	c := meta.FindStatusCondition(p.Status.Conditions, ipamv1.ConditionReady)
+	return c != nil && c.Reason == ipamv1.ReasonClaimsOutside
 }
 
 var (

@@ -53,3 +53,24 @@ func TestAuditCheck(t *testing.T) {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
 }
+
+// A pool that reports claims granted before its last change (ClaimsOutside)
+// has told its users already: those claims are not violations. Overlaps are.
+func TestAuditCheckTrustsAReportedClaimsOutside(t *testing.T) {
+	pool := ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"},
+		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/24", Reserved: []string{"10.0.0.0/26"}},
+		Status: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/24", Conditions: []metav1.Condition{
+			{Type: ipamv1.ConditionReady, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonClaimsOutside}}}}
+	subnets := []ipamv1.Subnet{
+		readySubnet("a", "raced", "p", "10.0.0.0/26"),
+		readySubnet("a", "twin", "p", "10.0.0.0/26"),
+	}
+	var got []string
+	for _, f := range Check(subnets, []ipamv1.SubnetPool{pool}) {
+		got = append(got, f.Type+": "+f.Message)
+	}
+	want := []string{"overlap: Subnet a/twin holds 10.0.0.0/26, which overlaps Subnet a/raced (10.0.0.0/26), also Ready"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+}

@@ -2,7 +2,10 @@ package reconcilers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -63,7 +67,7 @@ func newFixture(t *testing.T, funcs interceptor.Funcs) *fixture {
 }
 
 func (f *fixture) subnetReconciler() *SubnetReconciler {
-	return &SubnetReconciler{Client: f.client, Ledger: f.ledger, Recorder: f.recorder}
+	return &SubnetReconciler{Client: f.client, APIReader: f.client, Ledger: f.ledger, Recorder: f.recorder}
 }
 
 func (f *fixture) poolReconciler() *PoolStatusReconciler {
@@ -152,7 +156,7 @@ func TestSubnetReconcileErrorRequeuesAndKeepsTheGrant(t *testing.T) {
 	if _, err := r.Reconcile(context.Background(), reqFor(f.subnet)); err == nil {
 		t.Fatal("want the write error")
 	}
-	if d, _ := f.ledger.DecideSubnet("team-a", "web"); !d.Assumed || d.CIDR.String() != "10.0.0.0/26" {
+	if d, _ := f.ledger.DecideSubnet("team-a", "web", "uid-web"); !d.Assumed || d.CIDR.String() != "10.0.0.0/26" {
 		t.Fatalf("grant lost after a timeout: %+v", d)
 	}
 	if _, err := r.Reconcile(context.Background(), reqFor(f.subnet)); err != nil {
@@ -178,6 +182,120 @@ func TestSubnetReconcileForgetsAGrantForAGoneSubnet(t *testing.T) {
 	figures, _ := f.ledger.PoolFigures("team-a", "dc")
 	if figures.Usage.Held.Sign() != 0 {
 		t.Errorf("the pool still holds %s for a gone Subnet", figures.Usage.Held)
+	}
+}
+
+// The user deletes a Subnet and creates it again under the same name while
+// the controller's grant for the first object is on its way: the write must
+// not land on the second object (the first one's range may already be
+// granted to another claim), and the grant is withdrawn.
+func TestSubnetGrantNeverLandsOnARecreatedSubnet(t *testing.T) {
+	recreated := false
+	f := newFixture(t, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if !recreated {
+				recreated = true
+				s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web"}}
+				if err := c.Delete(ctx, s); err != nil {
+					return err
+				}
+				s = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", UID: "uid-web-2"},
+					Spec: ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)}}
+				if err := c.Create(ctx, s); err != nil {
+					return err
+				}
+			}
+			if err := uidPrecondition(ctx, c, obj, patch); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	if _, err := f.subnetReconciler().Reconcile(context.Background(), reqFor(f.subnet)); err != nil {
+		t.Fatalf("a replaced Subnet is not an error: %v", err)
+	}
+	var got ipamv1.Subnet
+	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(f.subnet), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.UID != "uid-web-2" || got.Status.CIDR != "" || len(got.Status.Conditions) != 0 {
+		t.Errorf("the second Subnet got the first one's decision: %+v", got.Status)
+	}
+	if figures, _ := f.ledger.PoolFigures("team-a", "dc"); figures.Usage.Held.Sign() != 0 {
+		t.Errorf("the pool still holds %s for the first Subnet", figures.Usage.Held)
+	}
+}
+
+// uidPrecondition answers a JSON patch whose "test" of metadata.uid fails as
+// kube-apiserver does: 422 Invalid. (The fake client applies the patch but
+// returns the JSON-patch library's plain error; the integration test
+// TestStatusWriteIsPreconditionedOnTheUID checks the real server.)
+func uidPrecondition(ctx context.Context, c client.Client, obj client.Object, patch client.Patch) error {
+	if patch.Type() != types.JSONPatchType {
+		return nil
+	}
+	data, err := patch.Data(obj)
+	if err != nil {
+		return err
+	}
+	var ops []struct {
+		Op, Path string
+		Value    any
+	}
+	if err := json.Unmarshal(data, &ops); err != nil {
+		return err
+	}
+	stored := obj.DeepCopyObject().(client.Object)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), stored); err != nil {
+		return err
+	}
+	for _, op := range ops {
+		if op.Op == "test" && op.Path == "/metadata/uid" && op.Value != string(stored.GetUID()) {
+			return apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch", schema.GroupResource{}, "", "test failed", 0, false)
+		}
+	}
+	return nil
+}
+
+// The cache is a moment behind: another client added its finalizer to the
+// pool. Adding ours must keep theirs.
+func TestPoolFinalizerKeepsAnotherClientsFinalizer(t *testing.T) {
+	var stale *ipamv1.SubnetPool
+	f := newFixture(t, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if p, ok := obj.(*ipamv1.SubnetPool); ok && stale != nil {
+				stale.DeepCopyInto(p)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	ctx := context.Background()
+	var p ipamv1.SubnetPool
+	if err := f.client.Get(ctx, client.ObjectKeyFromObject(f.pool), &p); err != nil {
+		t.Fatal(err)
+	}
+	stale = p.DeepCopy()
+	p.Finalizers = append(p.Finalizers, "example.com/backup")
+	if err := f.client.Update(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	r := f.poolReconciler()
+	r.APIReader = readerFunc(func(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		cache := stale
+		stale = nil
+		defer func() { stale = cache }()
+		return f.client.Get(ctx, key, obj, opts...)
+	})
+	if _, err := r.Reconcile(ctx, reqFor(f.pool)); err != nil {
+		t.Fatal(err)
+	}
+	stale = nil
+	if err := f.client.Get(ctx, client.ObjectKeyFromObject(f.pool), &p); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"example.com/backup", ipamv1.FinalizerPoolProtection}; !slices.Equal(p.Finalizers, want) {
+		t.Errorf("finalizers %v, want %v", p.Finalizers, want)
 	}
 }
 

@@ -25,9 +25,10 @@ import (
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
-// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools/finalizers,verbs=update
+// The manager patches a pool only to add or remove its finalizer (RBAC
+// cannot narrow a verb to metadata), and its status.
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools/status,verbs=patch
 
 // PoolStatusReconciler owns everything a pool shows: the finalizer that
 // keeps a pool in use, the range it serves (for a child pool, the parent's
@@ -58,7 +59,7 @@ func (r *PoolStatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			RateLimiter:             rateLimiter(),
 			ReconciliationTimeout:   r.Timeout,
 		}).
-		WatchesRawSource(&ledgerSource{ledger: r.Ledger, mapEvent: poolEvents, initial: func() []reconcile.Request {
+		WatchesRawSource(&ledgerSource{ledger: r.Ledger, reader: r.APIReader, mapEvent: poolEvents, initial: func() []reconcile.Request {
 			_, pools := r.Ledger.Objects()
 			out := make([]reconcile.Request, len(pools))
 			for i, p := range pools {
@@ -98,7 +99,7 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 
 	computeStart := time.Now()
-	d, known := r.Ledger.DecidePool(p.Namespace, p.Name)
+	d, known := r.Ledger.DecidePool(p.Namespace, p.Name, p.UID)
 	if !known {
 		return reconcile.Result{}, nil // the ledger's event for it will requeue it
 	}
@@ -111,7 +112,7 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	if err := r.writeStatus(ctx, &p, figures, readiness); err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{RequeueAfter: d.RetryAfter}, nil
+	return reconcile.Result{}, nil
 }
 
 // reconcileFinalizer adds the pool-protection finalizer, or removes it from
@@ -122,13 +123,9 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 		if controllerutil.ContainsFinalizer(p, ipamv1.FinalizerPoolProtection) {
 			return false, nil
 		}
-		before := p.DeepCopy()
-		controllerutil.AddFinalizer(p, ipamv1.FinalizerPoolProtection)
-		if err := r.Client.Patch(ctx, p, client.MergeFrom(before)); err != nil {
-			return false, err
-		}
-		r.written.record(p)
-		return false, nil
+		return false, r.patchFinalizers(ctx, p, func(p *ipamv1.SubnetPool) bool {
+			return controllerutil.AddFinalizer(p, ipamv1.FinalizerPoolProtection)
+		})
 	}
 	if !controllerutil.ContainsFinalizer(p, ipamv1.FinalizerPoolProtection) {
 		return true, nil
@@ -149,10 +146,50 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 	if len(subnets.Items)+len(children.Items) > 0 {
 		return false, fmt.Errorf("the ledger and the cache disagree on the users of SubnetPool %s/%s; retrying", p.Namespace, p.Name)
 	}
-	before := p.DeepCopy()
-	controllerutil.RemoveFinalizer(p, ipamv1.FinalizerPoolProtection)
 	logf.FromContext(ctx).Info("SubnetPool no longer in use; releasing it", "subnetpool", client.ObjectKeyFromObject(p))
-	return true, client.IgnoreNotFound(r.Client.Patch(ctx, p, client.MergeFrom(before)))
+	return true, client.IgnoreNotFound(r.patchFinalizers(ctx, p, func(p *ipamv1.SubnetPool) bool {
+		return controllerutil.RemoveFinalizer(p, ipamv1.FinalizerPoolProtection)
+	}))
+}
+
+// patchFinalizers applies change to the pool's finalizers with a merge patch
+// preconditioned on the resourceVersion it was computed from: the patch
+// carries the whole list, so without the precondition a stale copy would
+// drop a finalizer another client added meanwhile. On a conflict it reads
+// the pool around the cache and tries again, on the same object only (UID):
+// a pool deleted and created again under the same name is another pool,
+// which its own reconcile handles.
+func (r *PoolStatusReconciler) patchFinalizers(ctx context.Context, p *ipamv1.SubnetPool, change func(*ipamv1.SubnetPool) bool) error {
+	uid := p.UID
+	current := p
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		before := current.DeepCopy()
+		if !change(current) {
+			return nil
+		}
+		wctx, cancel := writeContext(ctx)
+		defer cancel()
+		err := r.Client.Patch(wctx, current, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		fresh := &ipamv1.SubnetPool{}
+		if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(current), fresh); getErr != nil {
+			return getErr
+		}
+		if fresh.UID != uid {
+			return apierrors.NewNotFound(ipamv1.GroupVersion.WithResource("subnetpools").GroupResource(), p.Name)
+		}
+		current = fresh
+		return err
+	})
+	if err == nil {
+		r.written.record(current)
+		if current != p {
+			*p = *current
+		}
+	}
+	return err
 }
 
 // writeStatus computes the status and patches it if it changed, retrying
@@ -167,7 +204,9 @@ func (r *PoolStatusReconciler) writeStatus(ctx context.Context, p *ipamv1.Subnet
 		}
 		before := current.DeepCopy()
 		current.Status = status
-		err := r.Client.Status().Patch(ctx, current, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+		wctx, cancel := writeContext(ctx)
+		defer cancel()
+		err := r.Client.Status().Patch(wctx, current, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 		switch {
 		case err == nil:
 			statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "success").Inc()
@@ -179,7 +218,12 @@ func (r *PoolStatusReconciler) writeStatus(ctx context.Context, p *ipamv1.Subnet
 			statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "conflict").Inc()
 			fresh := &ipamv1.SubnetPool{}
 			if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(current), fresh); getErr != nil {
-				return getErr
+				return client.IgnoreNotFound(getErr)
+			}
+			if fresh.UID != p.UID || fresh.Generation != p.Generation {
+				// Deleted and created again, or its spec changed: the
+				// figures are not for that object; its event requeues it.
+				return nil
 			}
 			current = fresh
 			return err

@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -23,6 +25,9 @@ import (
 // no defined order relative to each other.)
 type ledgerSource struct {
 	ledger *ledger.Ledger
+	// reader reads around the cache, for the catch-up before the first
+	// decision.
+	reader client.Reader
 	// mapEvent returns the requests an event calls for.
 	mapEvent func(ledger.Event) []reconcile.Request
 	// initial returns the requests to enqueue once at start: the events
@@ -57,9 +62,23 @@ func (s *ledgerSource) Start(ctx context.Context, q workqueue.TypedRateLimitingI
 }
 
 // WaitForSync holds the controller's workers until the ledger has the
-// informers' initial lists: the arbiter decides only on a restored view.
+// informers' initial lists and has caught up with the API server: the
+// arbiter decides only on a view that is restored and current. Controllers
+// start when this replica becomes the leader; after a graceful hand-over its
+// informers may still be delivering the old leader's last writes.
 func (s *ledgerSource) WaitForSync(ctx context.Context) error {
-	return s.ledger.WaitForSync(ctx)
+	if err := s.ledger.WaitForSync(ctx); err != nil {
+		return err
+	}
+	report, err := s.ledger.CatchUp(ctx, s.reader)
+	if err != nil {
+		return err
+	}
+	if report.Listed > 0 {
+		logf.FromContext(ctx).Info("Caught up with the API server before the first decision",
+			"objects", report.Listed, "behind", report.Behind, "duration", report.Duration)
+	}
+	return nil
 }
 
 func request(namespace, name string) reconcile.Request {

@@ -6,6 +6,7 @@ package reconcilers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,7 +32,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Options are the knobs both controllers share.
@@ -39,6 +41,19 @@ type Options struct {
 	Workers int
 	// Timeout bounds one reconcile (the seed design's 90 s guard).
 	Timeout time.Duration
+}
+
+// writeTimeout bounds one write of a decision. A write runs to its end even
+// when the controller is stopping (a graceful hand-over), so that the lease,
+// released only after every worker has returned, is never handed over with
+// one of our grants still on its way to the API server; the manager's
+// graceful shutdown period must exceed it.
+const writeTimeout = 10 * time.Second
+
+// writeContext is the context of a decision's write: not cancelled with the
+// reconcile's, bounded by writeTimeout.
+func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 }
 
 // rateLimiter is the seed design's (§11): per-item exponential back-off
@@ -59,9 +74,12 @@ func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 // the namespace's lock; many workers can therefore write statuses in
 // parallel while decisions stay serial per pool tree.
 type SubnetReconciler struct {
-	Client   client.Client
-	Ledger   *ledger.Ledger
-	Recorder recorder.EventRecorder
+	Client client.Client
+	// APIReader reads around the cache: a new leader catches up with it
+	// before its first decision.
+	APIReader client.Reader
+	Ledger    *ledger.Ledger
+	Recorder  recorder.EventRecorder
 	Options
 
 	written lastWrites[*ipamv1.Subnet]
@@ -69,8 +87,8 @@ type SubnetReconciler struct {
 
 // SetupWithManager registers the controller.
 func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Client == nil || r.Ledger == nil || r.Recorder == nil {
-		return errors.New("SubnetReconciler needs a client, a ledger and an event recorder")
+	if r.Client == nil || r.APIReader == nil || r.Ledger == nil || r.Recorder == nil {
+		return errors.New("SubnetReconciler needs a client, an API reader, a ledger and an event recorder")
 	}
 	registerMetrics(r.Ledger)
 	return ctrl.NewControllerManagedBy(mgr).
@@ -80,7 +98,7 @@ func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			RateLimiter:             rateLimiter(),
 			ReconciliationTimeout:   r.Timeout,
 		}).
-		WatchesRawSource(&ledgerSource{ledger: r.Ledger, mapEvent: func(e ledger.Event) []reconcile.Request {
+		WatchesRawSource(&ledgerSource{ledger: r.Ledger, reader: r.APIReader, mapEvent: func(e ledger.Event) []reconcile.Request {
 			if s, ok := e.Object.(*ipamv1.Subnet); ok {
 				r.written.seen(s)
 			}
@@ -111,40 +129,65 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if s.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil // being deleted: its range returns when it is gone
 	}
-	d, known := r.Ledger.DecideSubnet(s.Namespace, s.Name)
+	d, known := r.Ledger.DecideSubnet(s.Namespace, s.Name, s.UID)
 	if !known {
-		// The cache has it and the ledger not yet: the ledger's event for it
-		// will requeue it.
+		// The ledger does not know this object (yet): its event will
+		// requeue it. The cache is ahead of the ledger for a moment after
+		// each event, and after a delete and re-create it may show either.
 		return reconcile.Result{}, nil
-	}
-	if d.Reason == ipamv1.ReasonPending && s.Status.CIDR == "" && meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady) == nil {
-		// Settling: write nothing yet, look again when it has settled.
-		return reconcile.Result{RequeueAfter: d.RetryAfter}, nil
 	}
 
 	status := desiredSubnetStatus(&s, d)
 	if equality.Semantic.DeepEqual(s.Status, status) {
-		return reconcile.Result{RequeueAfter: d.RetryAfter}, nil
+		return reconcile.Result{}, nil
 	}
 	before := s.DeepCopy()
-	s.Status = status
-	// A merge patch of status only, without a resourceVersion precondition:
-	// the leader is the only writer of Subnet status, and a precondition
-	// would only fail on unrelated metadata changes.
-	if err := r.Client.Status().Patch(ctx, &s, client.MergeFrom(before)); err != nil {
+	if err := r.writeStatus(ctx, &s, status); err != nil {
 		statusWrites.WithLabelValues(statuscalc.KindSubnet, "error").Inc()
 		if d.Assumed && (apierrors.IsNotFound(err) || apierrors.IsInvalid(err)) {
-			// The grant can never be written: release it. Other errors
-			// (timeouts) keep it assumed, since the write may have landed;
-			// the retry writes the same range again.
-			r.Ledger.Forget(s.Namespace, ledger.SubnetKey(s.Name), d.CIDR)
+			// The grant can never be written to the object it was made for
+			// (it is gone, replaced, or the status is refused): release it.
+			// Other errors (timeouts) keep it assumed, since the write may
+			// have landed; the retry writes the same range again.
+			r.Ledger.Forget(s.Namespace, ledger.SubnetKey(s.Name), s.UID, d.CIDR)
+			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	statusWrites.WithLabelValues(statuscalc.KindSubnet, "success").Inc()
 	r.written.record(&s)
 	r.recordTransition(ctx, before, &s, d)
-	return reconcile.Result{RequeueAfter: d.RetryAfter}, nil
+	return reconcile.Result{}, nil
+}
+
+// writeStatus replaces s's status, on the condition that the object at the
+// API server is the one the decision was made for: a JSON patch whose first
+// operation tests metadata.uid. A Subnet deleted and created again under the
+// same name while the write was in flight fails the test (422 Invalid), so
+// a range granted to the old object never lands on the new one (whose old
+// range may have gone to another claim meanwhile). A merge patch cannot
+// carry this precondition: the status subresource takes metadata from the
+// stored object. No resourceVersion precondition: the leader is the only
+// writer of Subnet status, and a metadata change by the user (labels) must
+// not fail the write.
+func (r *SubnetReconciler) writeStatus(ctx context.Context, s *ipamv1.Subnet, status ipamv1.SubnetStatus) error {
+	patch, err := json.Marshal([]jsonPatchOp{
+		{Op: "test", Path: "/metadata/uid", Value: s.UID},
+		{Op: "add", Path: "/status", Value: status},
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := writeContext(ctx)
+	defer cancel()
+	return r.Client.Status().Patch(ctx, s, client.RawPatch(types.JSONPatchType, patch))
+}
+
+// jsonPatchOp is one operation of an RFC 6902 JSON patch.
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
 }
 
 // desiredSubnetStatus turns a decision into the Subnet's status. The range

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -48,7 +49,7 @@ type flags struct {
 	burst                                           int
 	subnetWorkers, poolWorkers                      int
 	reconcileTimeout                                time.Duration
-	settleMargin, freshnessTimeout                  time.Duration
+	freshnessTimeout                                time.Duration
 	auditInterval                                   time.Duration
 }
 
@@ -78,7 +79,6 @@ func parseFlags() (flags, zap.Options) {
 	flag.IntVar(&f.subnetWorkers, "subnet-workers", 10, "Concurrent Subnet reconciles. Decisions are serial per namespace (the ledger's lock); workers overlap the status writes.")
 	flag.IntVar(&f.poolWorkers, "pool-workers", 5, "Concurrent pool status reconciles.")
 	flag.DurationVar(&f.reconcileTimeout, "reconcile-timeout", 90*time.Second, "Bound on one reconcile.")
-	flag.DurationVar(&f.settleMargin, "settle-margin", ledger.DefaultSettleMargin, "How long after an explicit claim's creation second ends the arbiter waits for other claims of that second.")
 	flag.DurationVar(&f.freshnessTimeout, "admission-freshness-timeout", 2*time.Second, "Bound on how long an admission waits for this replica's view to catch up with the API server.")
 	flag.DurationVar(&f.auditInterval, "audit-interval", 5*time.Minute, "How often the leader checks that no two Ready claims overlap and each lies inside its pool; 0 turns the audit off.")
 	opts := zap.Options{Development: false}
@@ -138,9 +138,15 @@ func run(ctx context.Context, f flags) error {
 		LeaderElectionID:              f.leaderElectionID,
 		LeaderElectionNamespace:       f.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true, // the process exits right after: hand over at once
-		LeaseDuration:                 &f.leaseDuration,
-		RenewDeadline:                 &f.renewDeadline,
-		RetryPeriod:                   &f.retryPeriod,
+		// The lease is released only after every reconcile has returned, and
+		// a reconcile finishes its write (up to 10 s) even when stopping, so
+		// no grant of ours is on its way to the API server once another
+		// replica can lead. This bound must exceed that; the Pod's
+		// terminationGracePeriodSeconds (30) exceeds this.
+		GracefulShutdownTimeout: ptr.To(20 * time.Second),
+		LeaseDuration:           &f.leaseDuration,
+		RenewDeadline:           &f.renewDeadline,
+		RetryPeriod:             &f.retryPeriod,
 		// The cache holds only what the manager reads: the ledger creates
 		// the Subnet and SubnetPool informers, and a read of any other kind
 		// fails instead of quietly starting a cluster-wide informer (no
@@ -160,7 +166,6 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("registering field indexes: %w", err)
 	}
 	l := ledger.New()
-	l.SetSettleMargin(f.settleMargin)
 	if err := l.Feed(ctx, mgr.GetCache()); err != nil {
 		return fmt.Errorf("feeding the ledger: %w", err)
 	}
@@ -169,7 +174,7 @@ func run(ctx context.Context, f flags) error {
 	}
 	common := reconcilers.Options{Timeout: f.reconcileTimeout}
 	if err := (&reconcilers.SubnetReconciler{
-		Client: mgr.GetClient(), Ledger: l, Recorder: mgr.GetEventRecorder("subnet-operator"),
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l, Recorder: mgr.GetEventRecorder("subnet-operator"),
 		Options: withWorkers(common, f.subnetWorkers),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("subnet controller: %w", err)
