@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -14,24 +15,33 @@ import (
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
-// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha1,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1
-// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update;delete,versions=v1alpha1,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1
+// The validating webhook does not intercept DELETE: a Subnet can always be
+// deleted (its range returns to the pool), and with failurePolicy Fail an
+// outage would block Subnet and namespace deletion for nothing.
+// timeoutSeconds is explicit, and above every bound the webhooks put on
+// their own waits (Options), so a caller reads our answer.
+// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha1,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha1,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
 
 var subnetGK = ipamv1.GroupVersion.WithKind("Subnet").GroupKind()
 
 // SubnetDefaulter canonicalises spec.cidr, fills spec.prefixLength from the
 // pool's defaultPrefixLength when the Subnet names neither a range nor a
-// length, and labels the Subnet with its pool. It allocates nothing: that is
-// the controller's job.
+// length, and labels the Subnet with its pool (when the pool's name fits a
+// label value). It allocates nothing: that is the controller's job.
 type SubnetDefaulter struct {
 	Ledger *ledger.Ledger
 }
 
 var _ admission.Defaulter[*ipamv1.Subnet] = &SubnetDefaulter{}
 
-// Default implements admission.Defaulter.
+// Default implements admission.Defaulter. The spec is defaulted on create
+// only: it is immutable afterwards, so an update (a label, a finalizer) must
+// leave it as stored, even text stored in a non-canonical form while the
+// webhook was bypassed.
 func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
-	if s.Spec.CIDR != "" {
+	create := operation(ctx) == "CREATE"
+	if s.Spec.CIDR != "" && create {
 		// Only the text changes (case, zero compression); anything that
 		// changes the meaning, such as host bits, is left for validation to
 		// reject with a suggestion.
@@ -39,14 +49,17 @@ func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 			s.Spec.CIDR = canonical
 		}
 	}
-	// Only on create: the claim is immutable afterwards, even if the pool
-	// appears later (the controller then uses the pool's default).
-	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && s.Spec.PoolRef != "" && operation(ctx) == "CREATE" {
+	// The claim is immutable afterwards, even if the pool appears later (the
+	// controller then uses the pool's default).
+	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && s.Spec.PoolRef != "" && create {
 		if pool, ok := d.Ledger.Pool(s.Namespace, s.Spec.PoolRef); ok && pool.Default >= 0 {
 			s.Spec.PrefixLength = ptr.To(int32(pool.Default))
 		}
 	}
-	if s.Spec.PoolRef != "" {
+	// A pool's name may be up to 253 characters, a label value only 63:
+	// a longer name gets no label rather than a Subnet that cannot be
+	// created (select such Subnets by spec.poolRef instead).
+	if s.Spec.PoolRef != "" && len(validation.IsValidLabelValue(s.Spec.PoolRef)) == 0 {
 		if s.Labels == nil {
 			s.Labels = map[string]string{}
 		}
@@ -56,7 +69,7 @@ func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 	// here, with the validator's own check and message (which says what
 	// to write instead), rather than leave it to the schema's terser CEL
 	// messages, which remain for when the webhooks are bypassed.
-	if operation(ctx) == "CREATE" {
+	if create {
 		if v := validateSubnetSpec(&s.Spec, specPath); len(v.errs) > 0 {
 			_, err := finish(ctx, statuscalc.KindSubnet, subnetGK, objectName(s.Name, s.GenerateName), v, nil)
 			return err
@@ -84,8 +97,9 @@ func (v *SubnetValidator) ValidateUpdate(ctx context.Context, old, s *ipamv1.Sub
 	return v.validate(ctx, old, s)
 }
 
-// ValidateDelete implements admission.Validator: a Subnet can always be
-// deleted; its range returns to the pool.
+// ValidateDelete implements admission.Validator. The webhook configuration
+// does not send DELETE (a Subnet can always be deleted); should it be
+// configured to, the answer is the same.
 func (v *SubnetValidator) ValidateDelete(ctx context.Context, _ *ipamv1.Subnet) (admission.Warnings, error) {
 	return finish(ctx, statuscalc.KindSubnet, subnetGK, "", verdict{}, nil)
 }
@@ -125,12 +139,16 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 		}
 		pool, ok = v.Ledger.Pool(s.Namespace, s.Spec.PoolRef)
 	}
-	if !ok {
+	var warnings admission.Warnings
+	if ok {
+		res.merge(validateSubnetInPool(&s.Spec, pool, s.Namespace, specPath))
+	} else {
 		// GitOps applies in any order: the Subnet waits for its pool.
-		warning := fmt.Sprintf("SubnetPool %s/%s does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created", s.Namespace, s.Spec.PoolRef)
-		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, admission.Warnings{warning})
+		warnings = admission.Warnings{fmt.Sprintf("SubnetPool %s/%s does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created", s.Namespace, s.Spec.PoolRef)}
 	}
-	res.merge(validateSubnetInPool(&s.Spec, pool, s.Namespace, specPath))
+	// An explicit range must not overlap the pool's other claims, including
+	// the ones that wait for a pool that does not exist yet: they claim
+	// their ranges the moment it does.
 	if explicit && len(res.errs) == 0 {
 		p, _ := ipspace.ParseCanonical(s.Spec.CIDR) // validated above
 		if found, total := v.Ledger.Overlapping(s.Namespace, s.Spec.PoolRef, p, ledger.SubnetKey(s.Name), maxNamed); total > 0 {
@@ -138,7 +156,10 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 				"overlaps "+describe(s.Namespace, found, total)+"; pick a free range, or set spec.prefixLength to have one allocated"))
 		}
 	}
-	return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
+	if len(res.errs) > 0 {
+		warnings = nil
+	}
+	return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, warnings)
 }
 
 // validateSubnetUpdate rejects changes to the claim: poolRef, cidr and

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -225,31 +227,108 @@ func TestBackToBackCreatesWaitForTheLedger(t *testing.T) {
 	}
 }
 
-// If the ledger cannot catch up in time, the decision is made anyway (the
-// arbiter still guards against overlap) and counted.
-func TestBarrierTimeoutIsBoundedAndCounted(t *testing.T) {
+// If the ledger cannot catch up in time, the request is refused with a
+// Retry-After (clients retry it by themselves), within the bound, and
+// counted; it is never decided on the stale view.
+func TestBarrierTimeoutRefusesWithRetry(t *testing.T) {
 	w := baseWorld()
 	w.api.add(subnet("lost", "p", "10.0.8.0/24")) // never delivered
 	v := &SubnetValidator{Ledger: w.ledger, fresh: w.fresh(100 * time.Millisecond)}
 	before := testutil.ToFloat64(staleDecisions.WithLabelValues("Subnet"))
+	errorsBefore := testutil.ToFloat64(admissionDecisions.WithLabelValues("Subnet", "CREATE", "error", reasonNotCaughtUp))
 	start := time.Now()
-	if _, err := v.ValidateCreate(withOp(admissionv1.Create), subnet("next", "p", "10.0.9.0/24")); err != nil {
-		t.Fatal(err)
+	_, err := v.ValidateCreate(withOp(admissionv1.Create), subnet("next", "p", "10.0.9.0/24"))
+	var status apierrors.APIStatus
+	if !apierrors.IsTimeout(err) || !errors.As(err, &status) || status.Status().Details.RetryAfterSeconds != 1 {
+		t.Fatalf("want a Timeout with Retry-After, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "did not catch up with the API server within 100ms") {
+		t.Errorf("message: %v", err)
 	}
 	if waited := time.Since(start); waited > 2*time.Second {
 		t.Errorf("waited %s", waited)
 	}
 	if after := testutil.ToFloat64(staleDecisions.WithLabelValues("Subnet")); after != before+1 {
-		t.Errorf("stale decisions %v -> %v", before, after)
+		t.Errorf("stale views %v -> %v", before, after)
+	}
+	if after := testutil.ToFloat64(admissionDecisions.WithLabelValues("Subnet", "CREATE", "error", reasonNotCaughtUp)); after != errorsBefore+1 {
+		t.Errorf("not_caught_up errors %v -> %v", errorsBefore, after)
 	}
 }
 
-func TestUnsyncedLedgerIsAnInternalError(t *testing.T) {
+func TestUnsyncedLedgerAsksToRetry(t *testing.T) {
 	l := ledger.New() // never synced
 	v := &SubnetValidator{Ledger: l, fresh: &freshness{reader: &fakeAPI{}, ledger: l, timeout: time.Second, syncTimeout: 50 * time.Millisecond}}
 	_, err := v.ValidateCreate(withOp(admissionv1.Create), subnet("x", "p", "10.0.0.0/24"))
-	if err == nil || !strings.Contains(err.Error(), "Internal error") {
-		t.Fatalf("want an internal error, got %v", err)
+	if !apierrors.IsTimeout(err) || !strings.Contains(err.Error(), "still loading") {
+		t.Fatalf("want a Timeout asking to retry, got %v", err)
+	}
+}
+
+// Two overlapping explicit Subnets created one after the other before their
+// pool exists: the second is refused, since the first claims its range the
+// moment the pool appears.
+func TestOverlapsWithClaimsWaitingForTheirPool(t *testing.T) {
+	w := newWorld(subnet("first", "later", "10.50.0.0/24"))
+	_, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), subnet("second", "later", "10.50.0.128/25"))
+	want := `Subnet.ipam.subnet-operator.io "second" is invalid: spec.cidr: Invalid value: "10.50.0.128/25": overlaps Subnet team-a/first (10.50.0.0/24); pick a free range, or set spec.prefixLength to have one allocated`
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+	warnings, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), subnet("third", "later", "10.50.1.0/24"))
+	if err != nil || len(warnings) != 1 {
+		t.Errorf("a free range before the pool: %v, warnings %v", err, warnings)
+	}
+}
+
+// A pool's name may be longer than a label value: its Subnets are created
+// without the pool label rather than refused for a label nobody wrote.
+func TestLongPoolNames(t *testing.T) {
+	long := strings.Repeat("a", 70)
+	w := newWorld(pool(long, "10.60.0.0/16"))
+	s := dynamicSubnet("s", long, 24)
+	if err := (&SubnetDefaulter{Ledger: w.ledger}).Default(withOp(admissionv1.Create), s); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Labels[ipamv1.LabelPool]; ok {
+		t.Errorf("labels %v", s.Labels)
+	}
+	if _, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), s); err != nil {
+		t.Errorf("create: %v", err)
+	}
+	short := dynamicSubnet("t", "p", 24)
+	_ = (&SubnetDefaulter{Ledger: w.ledger}).Default(withOp(admissionv1.Create), short)
+	if short.Labels[ipamv1.LabelPool] != "p" {
+		t.Errorf("labels %v", short.Labels)
+	}
+}
+
+// A pool reference must be a name a pool can have.
+func TestPoolRefsAreNames(t *testing.T) {
+	w := baseWorld()
+	_, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), dynamicSubnet("x", "Team_Pool", 24))
+	want := `Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Invalid value: "Team_Pool": must be the name of a SubnetPool: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+	_, err = w.poolValidator().ValidateCreate(withOp(admissionv1.Create), child("c", "Parent", "10.0.0.0/24"))
+	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Invalid(field.NewPath("spec", "parentRef"), "", "")}, fieldErrors(t, err))
+}
+
+// A Subnet stored with a non-canonical cidr (the webhook was bypassed) can
+// still have its metadata changed: the defaulter leaves a stored spec alone.
+func TestSubnetUpdateKeepsStoredText(t *testing.T) {
+	stored := subnet("v6", "v6", "2001:DB8::/64")
+	update := stored.DeepCopy()
+	update.Labels = map[string]string{"team": "a"}
+	if err := (&SubnetDefaulter{Ledger: baseWorld().ledger}).Default(withOp(admissionv1.Update), update); err != nil {
+		t.Fatal(err)
+	}
+	if update.Spec.CIDR != "2001:DB8::/64" {
+		t.Errorf("spec.cidr rewritten to %q on update", update.Spec.CIDR)
+	}
+	if _, err := baseWorld().subnetValidator().ValidateUpdate(withOp(admissionv1.Update), stored, update); err != nil {
+		t.Errorf("update: %v", err)
 	}
 }
 

@@ -2,11 +2,13 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -17,8 +19,8 @@ import (
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
-// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnetpool,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update,versions=v1alpha1,name=msubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1
-// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnetpool,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update;delete,versions=v1alpha1,name=vsubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnetpool,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update,versions=v1alpha1,name=msubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnetpool,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update;delete,versions=v1alpha1,name=vsubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
 
 var (
 	poolGK       = ipamv1.GroupVersion.WithKind("SubnetPool").GroupKind()
@@ -31,15 +33,19 @@ type SubnetPoolDefaulter struct{}
 
 var _ admission.Defaulter[*ipamv1.SubnetPool] = &SubnetPoolDefaulter{}
 
-// Default implements admission.Defaulter. Like the Subnet defaulter, it
-// rejects a malformed spec on create before the CRD schema does, with the
-// validator's messages.
+// Default implements admission.Defaulter. On update it rewrites only the
+// values the request changes: text stored in a non-canonical form while the
+// webhook was bypassed stays as it is, so an update of something else (a
+// label, the finalizer) does not turn into a change of the pool's range.
+// Like the Subnet defaulter, it rejects a malformed spec on create before the
+// CRD schema does, with the validator's messages.
 func (d *SubnetPoolDefaulter) Default(ctx context.Context, p *ipamv1.SubnetPool) error {
-	if canonical, err := ipspace.Canonical(p.Spec.CIDR); err == nil {
+	old := oldPool(ctx)
+	if canonical, err := ipspace.Canonical(p.Spec.CIDR); err == nil && (old == nil || p.Spec.CIDR != old.Spec.CIDR) {
 		p.Spec.CIDR = canonical
 	}
 	for i, r := range p.Spec.Reserved {
-		if canonical, err := ipspace.Canonical(r); err == nil {
+		if canonical, err := ipspace.Canonical(r); err == nil && (old == nil || !slices.Contains(old.Spec.Reserved, r)) {
 			p.Spec.Reserved[i] = canonical
 		}
 	}
@@ -50,6 +56,19 @@ func (d *SubnetPoolDefaulter) Default(ctx context.Context, p *ipamv1.SubnetPool)
 		}
 	}
 	return nil
+}
+
+// oldPool returns the stored pool an UPDATE request changes, or nil.
+func oldPool(ctx context.Context) *ipamv1.SubnetPool {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil || req.Operation != admissionv1.Update || len(req.OldObject.Raw) == 0 {
+		return nil
+	}
+	old := &ipamv1.SubnetPool{}
+	if json.Unmarshal(req.OldObject.Raw, old) != nil {
+		return nil
+	}
+	return old
 }
 
 // SubnetPoolValidator checks a pool on its own, against its parent and
@@ -130,7 +149,7 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 		res.merge(v.validateInParent(p, cidr))
 	}
 	if old != nil {
-		res.merge(v.validateHoldings(p, cidr))
+		res.merge(v.validateHoldings(old, p, cidr))
 	}
 	return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 }
@@ -172,20 +191,28 @@ func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.
 	return res
 }
 
-// validateHoldings checks a changed pool against what it holds: it may grow,
-// but not shrink below a claim, and a new reserved range may not cover one.
-func (v *SubnetPoolValidator) validateHoldings(p *ipamv1.SubnetPool, cidr netip.Prefix) verdict {
+// validateHoldings checks a changed pool against the ranges its claims hold:
+// it may grow, but not shrink so as to leave a held range outside, and a
+// reserved range it adds may not cover one. Claims that hold nothing
+// (waiting, or out of range) lose nothing to an edit and do not block it,
+// nor does a claim already outside the pool or on a reserved range (a grant
+// that raced an earlier edit). The arbiter applies the new rules from the
+// moment it sees them; a grant that races this check keeps its range and
+// the pool reports it (reason ClaimsOutside).
+func (v *SubnetPoolValidator) validateHoldings(old, p *ipamv1.SubnetPool, cidr netip.Prefix) verdict {
 	var res verdict
-	if found, total := v.Ledger.Outside(p.Namespace, p.Name, cidr, maxNamed); total > 0 {
-		res.add(reasonShrink, field.Invalid(specPath.Child("cidr"), p.Spec.CIDR,
-			fmt.Sprintf("would leave claims outside the pool: %s; a pool may grow, or shrink only around what it holds", describe(p.Namespace, found, total))))
+	if oldCIDR, err := ipspace.ParsePrefix(old.Spec.CIDR); err == nil && oldCIDR != cidr {
+		if found, total := v.Ledger.HeldLeftOutside(p.Namespace, p.Name, oldCIDR, cidr, maxNamed); total > 0 {
+			res.add(reasonShrink, field.Invalid(specPath.Child("cidr"), p.Spec.CIDR,
+				fmt.Sprintf("would leave claims outside the pool: %s; a pool may grow, or shrink only around what it holds", describe(p.Namespace, found, total))))
+		}
 	}
 	for i, r := range p.Spec.Reserved {
 		rp, err := ipspace.ParsePrefix(r)
-		if err != nil {
-			continue // reported by validatePoolSpec
+		if err != nil || slices.Contains(old.Spec.Reserved, r) {
+			continue // reported by validatePoolSpec, or not new
 		}
-		if found, total := v.Ledger.Overlapping(p.Namespace, p.Name, rp, "", maxNamed); total > 0 {
+		if found, total := v.Ledger.HeldOverlapping(p.Namespace, p.Name, rp, maxNamed); total > 0 {
 			res.add(reasonReserved, field.Invalid(specPath.Child("reserved").Index(i), r,
 				"covers ranges already claimed: "+describe(p.Namespace, found, total)))
 		}

@@ -16,8 +16,10 @@ import (
 func poolWorld() *world {
 	root := pool("root", "10.0.0.0/16")
 	root.Spec.Reserved = []string{"10.0.0.0/24"}
-	return newWorld(root, child("team", "root", "10.0.128.0/17"), pool("other", "192.168.0.0/16"),
-		subnet("web", "root", "10.0.1.0/24"), subnet("app", "team", "10.0.200.0/24"))
+	team := child("team", "root", "10.0.128.0/17")
+	team.Status.CIDR = "10.0.128.0/17" // granted
+	return newWorld(root, team, pool("other", "192.168.0.0/16"),
+		allocated(subnet("web", "root", "10.0.1.0/24"), "10.0.1.0/24"), subnet("app", "team", "10.0.200.0/24"))
 }
 
 func TestSubnetPoolCreateRules(t *testing.T) {
@@ -182,5 +184,60 @@ func TestDefaultedPoolsPassValidation(t *testing.T) {
 	}
 	if _, err := newWorld().poolValidator().ValidateCreate(withOp(admissionv1.Create), p); err != nil {
 		t.Errorf("defaulted pool fails validation: %v", err)
+	}
+}
+
+// A claim that holds nothing loses nothing to a pool edit, and does not
+// block one: here a Subnet created before its pool, for a range the pool
+// never had, and a request inside the pool still waiting for its range.
+func TestPoolEditsIgnoreClaimsThatHoldNothing(t *testing.T) {
+	p := pool("p", "10.93.0.0/24")
+	w := newWorld(subnet("stray", "p", "10.94.0.0/24"), p, subnet("waiting", "p", "10.93.0.128/26"))
+	reserve := p.DeepCopy()
+	reserve.Spec.Reserved = []string{"10.93.0.0/28", "10.93.0.128/26"}
+	if _, err := w.poolValidator().ValidateUpdate(withUpdate(p), p, reserve); err != nil {
+		t.Errorf("adding reserved ranges: %v", err)
+	}
+	shrink := p.DeepCopy()
+	shrink.Spec.CIDR = "10.93.0.0/25"
+	if _, err := w.poolValidator().ValidateUpdate(withUpdate(p), p, shrink); err != nil {
+		t.Errorf("shrinking: %v", err)
+	}
+}
+
+// A reserved range already there, or a claim already outside the pool (a
+// grant that raced an earlier edit), does not block an unrelated edit.
+func TestPoolEditsCheckOnlyWhatTheyChange(t *testing.T) {
+	p := pool("p", "10.93.0.0/24")
+	p.Spec.Reserved = []string{"10.93.0.0/26"}
+	w := newWorld(p, allocated(dynamicSubnet("raced", "p", 26), "10.93.0.0/26"))
+	edit := p.DeepCopy()
+	edit.Spec.Reserved = append(edit.Spec.Reserved, "10.93.0.192/26")
+	if _, err := w.poolValidator().ValidateUpdate(withUpdate(p), p, edit); err != nil {
+		t.Errorf("adding an unrelated reserved range: %v", err)
+	}
+	edit = p.DeepCopy()
+	edit.Spec.CIDR = "10.93.0.0/23"
+	if _, err := w.poolValidator().ValidateUpdate(withUpdate(p), p, edit); err != nil {
+		t.Errorf("growing: %v", err)
+	}
+}
+
+// A pool stored with text the webhook would have rewritten (it was bypassed)
+// keeps it through an update that does not change it.
+func TestPoolUpdateKeepsStoredText(t *testing.T) {
+	stored := pool("v6", "2001:DB8::/48")
+	stored.Spec.Reserved = []string{"2001:DB8::/64"}
+	update := stored.DeepCopy()
+	update.Labels = map[string]string{"team": "a"}
+	update.Spec.Reserved = append(update.Spec.Reserved, "2001:DB8:0:1::/64")
+	if err := (&SubnetPoolDefaulter{}).Default(withUpdate(stored), update); err != nil {
+		t.Fatal(err)
+	}
+	if update.Spec.CIDR != "2001:DB8::/48" || update.Spec.Reserved[0] != "2001:DB8::/64" || update.Spec.Reserved[1] != "2001:db8:0:1::/64" {
+		t.Errorf("after defaulting: %q %q", update.Spec.CIDR, update.Spec.Reserved)
+	}
+	if _, err := newWorld(stored).poolValidator().ValidateUpdate(withUpdate(stored), stored, update); err != nil {
+		t.Errorf("update: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
@@ -19,6 +20,7 @@ import (
 const (
 	reasonMissingNamespace = "missing_namespace"
 	reasonMissingPoolRef   = "missing_pool_ref"
+	reasonInvalidPoolRef   = "invalid_pool_ref"
 	reasonInvalidCIDR      = "invalid_cidr"
 	reasonInvalidSpec      = "invalid_spec"
 	reasonFamily           = "family_mismatch"
@@ -76,11 +78,23 @@ func validateCIDR(value string, path *field.Path) (netip.Prefix, *field.Error) {
 	return p, nil
 }
 
+// validatePoolName checks a reference to a pool: it must be a name a
+// SubnetPool can have (a DNS subdomain: lowercase letters, digits, '-' and
+// '.', at most 253 characters).
+func validatePoolName(name string, path *field.Path) *field.Error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return field.Invalid(path, name, "must be the name of a SubnetPool: "+strings.Join(errs, "; "))
+	}
+	return nil
+}
+
 // validateSubnetSpec checks what a Subnet's spec says on its own.
 func validateSubnetSpec(spec *ipamv1.SubnetSpec, path *field.Path) verdict {
 	var v verdict
 	if strings.TrimSpace(spec.PoolRef) == "" {
 		v.add(reasonMissingPoolRef, field.Required(path.Child("poolRef"), "name the SubnetPool to claim from"))
+	} else if err := validatePoolName(spec.PoolRef, path.Child("poolRef")); err != nil {
+		v.add(reasonInvalidPoolRef, err)
 	}
 	switch {
 	case spec.CIDR != "" && spec.PrefixLength != nil:
@@ -170,6 +184,10 @@ func validatePoolSpec(name string, spec, old *ipamv1.SubnetPoolSpec, path *field
 	}
 	if spec.ParentRef != "" && spec.ParentRef == name {
 		v.add(reasonCycle, field.Invalid(path.Child("parentRef"), spec.ParentRef, "must not name the pool itself"))
+	} else if spec.ParentRef != "" && (old == nil || spec.ParentRef != old.ParentRef) {
+		if err := validatePoolName(spec.ParentRef, path.Child("parentRef")); err != nil {
+			v.add(reasonInvalidPoolRef, err)
+		}
 	}
 	for i, r := range spec.Reserved {
 		var rp netip.Prefix

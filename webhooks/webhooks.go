@@ -27,14 +27,18 @@ import (
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
-// Options tune the webhooks.
+// Options tune the webhooks. Both bounds must stay well below the webhook
+// configurations' timeoutSeconds (10), so that a caller reads our answer,
+// which says what happened and asks it to retry, rather than the API
+// server's generic "context deadline exceeded".
 type Options struct {
-	// FreshnessTimeout bounds how long a request waits for the ledger to
-	// catch up with the API server before it is decided anyway (the arbiter
-	// still guards against overlap). Default 2s.
+	// FreshnessTimeout bounds the freshness barrier: the consistent reads and
+	// the wait for the ledger to catch up with them. A request that does not
+	// catch up in time is refused with Retry-After. Default 2s.
 	FreshnessTimeout time.Duration
 	// SyncTimeout bounds how long a request waits for the ledger's initial
-	// sync before it fails with an internal error. Default 10s.
+	// sync (a replica that just started) before it is refused with
+	// Retry-After. Default 5s.
 	SyncTimeout time.Duration
 }
 
@@ -49,7 +53,7 @@ func Setup(mgr ctrl.Manager, l *ledger.Ledger, reader client.Reader, opts Option
 		opts.FreshnessTimeout = 2 * time.Second
 	}
 	if opts.SyncTimeout == 0 {
-		opts.SyncTimeout = 10 * time.Second
+		opts.SyncTimeout = 5 * time.Second
 	}
 	f := &freshness{reader: reader, ledger: l, timeout: opts.FreshnessTimeout, syncTimeout: opts.SyncTimeout}
 	if err := ctrl.NewWebhookManagedBy(mgr, &ipamv1.Subnet{}).
@@ -81,16 +85,22 @@ type freshness struct {
 }
 
 // await makes the ledger at least as fresh as the API server was when it was
-// called, for the given kinds in namespace. It fails only if the ledger has
-// never synced or the reads fail: both are internal errors, never a silent
-// allow.
+// called, for the given kinds in namespace. It never lets a request through
+// on a view it could not bring up to date: invariant 2 promises that a
+// create acknowledged to its client is seen by every later admission, and
+// deciding on a stale view would break that promise exactly when the
+// system is loaded. Instead the request is refused with 504 and Retry-After
+// (client-go, and so kubectl, retries such a refusal by itself), and the
+// refusal is counted. A failed read is an internal error.
 func (f *freshness) await(ctx context.Context, namespace string, kinds ...string) error {
 	syncCtx, cancel := context.WithTimeout(ctx, f.syncTimeout)
 	defer cancel()
 	if err := f.ledger.WaitForSync(syncCtx); err != nil {
-		return apierrors.NewInternalError(fmt.Errorf("the operator's view of SubnetPools and Subnets is not loaded yet; retry shortly: %w", err))
+		return apierrors.NewTimeoutError("the operator's view of SubnetPools and Subnets is still loading on this replica; retry shortly", 1)
 	}
 	start := time.Now()
+	ctx, cancel = context.WithTimeout(ctx, f.timeout)
+	defer cancel()
 	marks := make([]ledger.Watermark, len(kinds))
 	errs := make(chan error, len(kinds))
 	for i, kind := range kinds {
@@ -100,23 +110,34 @@ func (f *freshness) await(ctx context.Context, namespace string, kinds ...string
 			errs <- err
 		}()
 	}
+	var readErr error
 	for range kinds {
-		if err := <-errs; err != nil {
-			return apierrors.NewInternalError(fmt.Errorf("reading the current state from the API server: %w", err))
+		if err := <-errs; err != nil && readErr == nil {
+			readErr = err
 		}
 	}
-	caughtUp := f.ledger.AwaitCaughtUp(ctx, f.timeout, marks...)
+	caughtUp := readErr == nil && f.ledger.AwaitCaughtUp(ctx, f.timeout, marks...)
 	for _, kind := range kinds {
 		freshnessWait.WithLabelValues(kind).Observe(time.Since(start).Seconds())
-		if !caughtUp {
+	}
+	switch {
+	case readErr != nil && ctx.Err() == nil:
+		return apierrors.NewInternalError(fmt.Errorf("reading the current state from the API server: %w", readErr))
+	case !caughtUp:
+		for _, kind := range kinds {
 			staleDecisions.WithLabelValues(kind).Inc()
 		}
-	}
-	if !caughtUp {
-		logf.FromContext(ctx).Info("Deciding admission on a view that did not catch up with the API server in time; the arbiter still guards against overlap",
+		logf.FromContext(ctx).Info("Refusing an admission: this replica's view did not catch up with the API server in time",
 			"namespace", namespace, "timeout", f.timeout)
+		return errNotCaughtUp(f.timeout)
 	}
 	return nil
+}
+
+// errNotCaughtUp is the refusal of a request whose view did not catch up.
+func errNotCaughtUp(timeout time.Duration) error {
+	return apierrors.NewTimeoutError(fmt.Sprintf(
+		"this replica's view of SubnetPools and Subnets did not catch up with the API server within %s, so it cannot tell whether the request overlaps a claim made a moment ago; retry", timeout), 1)
 }
 
 func (f *freshness) watermark(ctx context.Context, namespace, kind string) (ledger.Watermark, error) {
@@ -151,11 +172,19 @@ func finish(ctx context.Context, kind string, gk schema.GroupKind, name string, 
 	return warnings, apierrors.NewInvalid(gk, name, v.errs)
 }
 
-// internalError counts and returns a failure that is not the user's.
+// internalError counts and returns a failure that is not the user's: a view
+// that did not catch up (reason not_caught_up), or anything else (internal).
 func internalError(ctx context.Context, kind string, err error) (admission.Warnings, error) {
-	admissionDecisions.WithLabelValues(kind, operation(ctx), "error", "internal").Inc()
+	reason := "internal"
+	if apierrors.IsTimeout(err) {
+		reason = reasonNotCaughtUp
+	}
+	admissionDecisions.WithLabelValues(kind, operation(ctx), "error", reason).Inc()
 	return nil, err
 }
+
+// reasonNotCaughtUp labels refusals of the freshness barrier.
+const reasonNotCaughtUp = "not_caught_up"
 
 func operation(ctx context.Context) string {
 	req, err := admission.RequestFromContext(ctx)
@@ -190,7 +219,7 @@ var (
 	}, []string{"kind"})
 	staleDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "subnet_operator_admission_stale_view_total",
-		Help: "Admission decisions made after the ledger failed to catch up with the API server within the freshness timeout.",
+		Help: "Admission requests refused (with Retry-After) because this replica's view did not catch up with the API server within the freshness timeout.",
 	}, []string{"kind"})
 )
 
@@ -204,6 +233,7 @@ func init() {
 		freshnessWait.WithLabelValues(kind)
 		for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update, admissionv1.Delete} {
 			admissionDecisions.WithLabelValues(kind, string(op), "error", "internal")
+			admissionDecisions.WithLabelValues(kind, string(op), "error", reasonNotCaughtUp)
 		}
 		staleDecisions.WithLabelValues(kind)
 	}

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -142,6 +144,13 @@ func allocated(s *ipamv1.Subnet, cidr string) *ipamv1.Subnet {
 
 func withOp(op admissionv1.Operation) context.Context {
 	return admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: op}})
+}
+
+// withUpdate is the context of an UPDATE of the stored object old.
+func withUpdate(old client.Object) context.Context {
+	raw, _ := json.Marshal(old)
+	return admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Update, OldObject: runtime.RawExtension{Raw: raw}}})
 }
 
 // fieldErrors extracts the causes of an Invalid error as a field.ErrorList.
