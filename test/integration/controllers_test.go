@@ -56,6 +56,32 @@ func getPool(t *testing.T, ns, name string) *ipamv1.SubnetPool {
 	return &p
 }
 
+// edit changes a pool as a user does with kubectl patch: a merge patch of
+// only what change changes, with no resourceVersion precondition. A get
+// followed by an update would race the controller, which writes the pool's
+// status and finalizer meanwhile, and fail with a conflict now and then.
+func edit(t *testing.T, ns, name string, change func(*ipamv1.SubnetPool)) {
+	t.Helper()
+	p := getPool(t, ns, name)
+	before := p.DeepCopy()
+	change(p)
+	if err := k8s.Patch(context.Background(), p, client.MergeFrom(before)); err != nil {
+		t.Fatalf("editing SubnetPool %s: %v", name, err)
+	}
+}
+
+// editStatus writes a pool's status as another client would, with a merge
+// patch of what change changes.
+func editStatus(t *testing.T, ns, name string, change func(*ipamv1.SubnetPool)) {
+	t.Helper()
+	p := getPool(t, ns, name)
+	before := p.DeepCopy()
+	change(p)
+	if err := k8s.Status().Patch(context.Background(), p, client.MergeFrom(before)); err != nil {
+		t.Fatalf("writing the status of SubnetPool %s: %v", name, err)
+	}
+}
+
 // poolShows waits until the pool's status matches.
 func poolShows(t *testing.T, ns, name string, check func(*ipamv1.SubnetPool) error) {
 	t.Helper()
@@ -116,11 +142,7 @@ func TestTriggerEvents(t *testing.T) {
 	child.Spec.ParentRef = "root"
 	create(t, child)
 	poolShows(t, ns, "root", allocatedIs("16384"))
-	child = getPool(t, ns, "child")
-	child.Spec.CIDR = "10.0.128.0/17"
-	if err := k8s.Update(ctx, child); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, ns, "child", func(p *ipamv1.SubnetPool) { p.Spec.CIDR = "10.0.128.0/17" })
 	poolShows(t, ns, "root", allocatedIs("32768"))
 	poolShows(t, ns, "child", func(p *ipamv1.SubnetPool) error {
 		if p.Status.CIDR != "10.0.128.0/17" || p.Status.Capacity != "32768" {
@@ -134,11 +156,7 @@ func TestTriggerEvents(t *testing.T) {
 	poolShows(t, ns, "root", allocatedIs("0"))
 
 	// 4. Its own spec: the pool grows.
-	root := getPool(t, ns, "root")
-	root.Spec.CIDR = "10.0.0.0/15"
-	if err := k8s.Update(ctx, root); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, ns, "root", func(p *ipamv1.SubnetPool) { p.Spec.CIDR = "10.0.0.0/15" })
 	poolShows(t, ns, "root", func(p *ipamv1.SubnetPool) error {
 		if p.Status.Capacity != "131072" || p.Status.ObservedGeneration != p.Generation {
 			return fmt.Errorf("capacity %s at generation %d/%d", p.Status.Capacity, p.Status.ObservedGeneration, p.Generation)
@@ -148,22 +166,16 @@ func TestTriggerEvents(t *testing.T) {
 
 	// 5. Another client writes a wrong status; the controller corrects it,
 	// and the recompute annotation forces a recomputation.
-	root = getPool(t, ns, "root")
-	root.Status.Free = "12345"
-	if err := k8s.Status().Update(ctx, root); err != nil {
-		t.Fatal(err)
-	}
+	editStatus(t, ns, "root", func(p *ipamv1.SubnetPool) { p.Status.Free = "12345" })
 	poolShows(t, ns, "root", func(p *ipamv1.SubnetPool) error {
 		if p.Status.Free != "131072" {
 			return fmt.Errorf("free %q", p.Status.Free)
 		}
 		return nil
 	})
-	root = getPool(t, ns, "root")
-	root.Annotations = map[string]string{ipamv1.AnnotationRecompute: time.Now().Format(time.RFC3339)}
-	if err := k8s.Update(ctx, root); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, ns, "root", func(p *ipamv1.SubnetPool) {
+		p.Annotations = map[string]string{ipamv1.AnnotationRecompute: time.Now().Format(time.RFC3339)}
+	})
 	poolShows(t, ns, "root", func(p *ipamv1.SubnetPool) error {
 		if !meta.IsStatusConditionTrue(p.Status.Conditions, ipamv1.ConditionReady) {
 			return fmt.Errorf("not Ready: %+v", p.Status.Conditions)
@@ -195,7 +207,7 @@ func TestExhaustionRecoveryAndGrowth(t *testing.T) {
 	}
 	create(t, newSubnet(ns, "late", "small", 30))
 	s := subnetReason(t, ns, "late", ipamv1.ReasonPoolExhausted)
-	if c := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); c.Message != fmt.Sprintf("no free /30 block in SubnetPool %s/small (10.1.0.0/28); the pool is full; waiting for space to be freed or the pool to grow", ns) {
+	if c := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); c.Message != fmt.Sprintf("no free /30 block in SubnetPool %s/small (10.1.0.0/28); waiting for space to be freed or the pool to grow", ns) {
 		t.Errorf("message %q", c.Message)
 	}
 	poolShows(t, ns, "small", func(p *ipamv1.SubnetPool) error {
@@ -216,11 +228,7 @@ func TestExhaustionRecoveryAndGrowth(t *testing.T) {
 	// Growth: the pool grows and the next waiter fits.
 	create(t, newSubnet(ns, "later", "small", 30))
 	subnetReason(t, ns, "later", ipamv1.ReasonPoolExhausted)
-	p := getPool(t, ns, "small")
-	p.Spec.CIDR = "10.1.0.0/27"
-	if err := k8s.Update(ctx, p); err != nil {
-		t.Fatal(err)
-	}
+	edit(t, ns, "small", func(p *ipamv1.SubnetPool) { p.Spec.CIDR = "10.1.0.0/27" })
 	if s := subnetReason(t, ns, "later", ipamv1.ReasonAllocated); s.Status.CIDR != "10.1.0.16/30" {
 		t.Errorf("later got %s", s.Status.CIDR)
 	}
@@ -336,10 +344,10 @@ func bypassValidatingWebhook(t *testing.T) (restore func()) {
 			return nil
 		})
 	}
-	setWebhookOperations(t, validatingConfiguration, noOperations)
+	restoreOperations := setWebhookOperations(t, validatingConfiguration, noOperations)
 	applied(false)
 	return func() {
-		setWebhookOperations(t, validatingConfiguration, allOperations)
+		restoreOperations()
 		applied(true)
 	}
 }

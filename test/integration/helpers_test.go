@@ -57,18 +57,31 @@ func createInParallel(subnets []*ipamv1.Subnet, workers, attempts int) (wait fun
 }
 
 // setWebhookOperations sets the operations both webhooks of a webhook
-// configuration (the Subnet's and the pool's) match: ops is a JSON list.
-func setWebhookOperations(t *testing.T, configuration, ops string) {
+// configuration (the Subnet's and the pool's) match, ops being a JSON list,
+// and returns a function that puts back the operations each had.
+func setWebhookOperations(t *testing.T, configuration, ops string) (restore func()) {
 	t.Helper()
-	patch := fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/rules/0/operations","value":%[1]s},{"op":"replace","path":"/webhooks/1/rules/0/operations","value":%[1]s}]`, ops)
-	if _, stderr, err := kubectl(t, "", "patch", configuration, "--type=json", "-p", patch); err != nil {
-		t.Fatalf("%v: %s", err, stderr)
+	var was [2]string
+	for i := range was {
+		out, stderr, err := kubectl(t, "", "get", configuration, "-o", fmt.Sprintf("jsonpath={.webhooks[%d].rules[0].operations}", i))
+		if err != nil {
+			t.Fatalf("%v: %s", err, stderr)
+		}
+		was[i] = out
 	}
+	patch := func(ops [2]string) {
+		t.Helper()
+		p := fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/rules/0/operations","value":%s},{"op":"replace","path":"/webhooks/1/rules/0/operations","value":%s}]`, ops[0], ops[1])
+		if _, stderr, err := kubectl(t, "", "patch", configuration, "--type=json", "-p", p); err != nil {
+			t.Fatalf("%v: %s", err, stderr)
+		}
+	}
+	patch([2]string{ops, ops})
+	return func() { patch(was) }
 }
 
 const (
 	validatingConfiguration = "validatingwebhookconfiguration/subnet-operator-validating-webhook-configuration"
 	mutatingConfiguration   = "mutatingwebhookconfiguration/subnet-operator-mutating-webhook-configuration"
 	noOperations            = `["CONNECT"]`
-	allOperations           = `["CREATE","UPDATE","DELETE"]`
 )

@@ -28,8 +28,9 @@ func TestAuditorReportsInjectedViolation(t *testing.T) {
 	create(t, newPool(ns, "p", "10.70.0.0/16", 0), explicitSubnet(ns, "a", "p", "10.70.1.0/24"), explicitSubnet(ns, "b", "p", "10.70.2.0/24"))
 	subnetReason(t, ns, "a", ipamv1.ReasonAllocated)
 	b := subnetReason(t, ns, "b", ipamv1.ReasonAllocated)
+	before := b.DeepCopy()
 	b.Status.CIDR = "10.70.1.128/25" // now inside a's range, and still Ready
-	if err := k8s.Status().Update(ctx, b); err != nil {
+	if err := k8s.Status().Patch(ctx, b, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -209,9 +210,7 @@ func TestWebhookUnreachableFailsClosed(t *testing.T) {
 func bypassWebhooks(t *testing.T) (restore func()) {
 	t.Helper()
 	probe := "apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: probe, namespace: default}\nspec: {poolRef: p, cidr: 10.0.0.1/24}\n"
-	set := func(ops, answeredBy string) {
-		setWebhookOperations(t, validatingConfiguration, ops)
-		setWebhookOperations(t, mutatingConfiguration, ops)
+	answered := func(answeredBy string) {
 		eventually(t, 30*time.Second, func() error {
 			_, stderr, _ := kubectl(t, probe, "create", "--dry-run=server", "-f", "-")
 			if !strings.Contains(stderr, answeredBy) {
@@ -220,8 +219,14 @@ func bypassWebhooks(t *testing.T) (restore func()) {
 			return nil
 		})
 	}
-	set(noOperations, "host bits set: write the network address")
-	return func() { set(allOperations, "did you mean") }
+	restoreValidating := setWebhookOperations(t, validatingConfiguration, noOperations)
+	restoreMutating := setWebhookOperations(t, mutatingConfiguration, noOperations)
+	answered("host bits set: write the network address")
+	return func() {
+		restoreValidating()
+		restoreMutating()
+		answered("did you mean")
+	}
 }
 
 // The manager's role, as config/rbac grants it, can do what the manager
