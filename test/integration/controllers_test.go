@@ -243,23 +243,76 @@ func TestExhaustionRecoveryAndGrowth(t *testing.T) {
 // Fifty clients create overlapping explicit claims at the same moment, with
 // the validating webhook out of the way (bypassed, as after a bad upgrade or
 // by someone with rights to the webhook configuration): the arbiter is then
-// the only guard. Exactly one claim is Ready, and every other names it.
+// the only guard. Exactly one claim is Ready, every other names it, and the
+// grant stands: the first grant is never taken back for an older claim that
+// reached the arbiter later.
 func TestSimultaneousOverlappingClaims(t *testing.T) {
 	ns := namespace(t)
 	create(t, newPool(ns, "p", "10.2.0.0/16", 0))
 	restore := bypassValidatingWebhook(t)
+	createOverlapping(t, ns, "p", 50)
+	restore()
+	winner := waitForOneWinner(t, ns)
+	var first ipamv1.Subnet
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: winner}, &first); err != nil {
+		t.Fatal(err)
+	}
+	// Every loser is decided, and the winner still holds what it was granted.
+	if again := waitForOneWinner(t, ns); again != winner {
+		t.Errorf("the grant moved from %s to %s", winner, again)
+	}
+	var now ipamv1.Subnet
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: winner}, &now); err != nil {
+		t.Fatal(err)
+	}
+	if now.Status.CIDR != first.Status.CIDR {
+		t.Errorf("the winner's range changed from %s to %s", first.Status.CIDR, now.Status.CIDR)
+	}
+}
+
+// Claims that are pending together at one decision are decided in winner
+// order: the oldest by (creationTimestamp, name) wins. Here twenty
+// overlapping claims wait for their pool; when it is created, they are all
+// pending at its first decision, whatever order their reconciles run in.
+func TestOldestPendingClaimWins(t *testing.T) {
+	ns := namespace(t)
+	restore := bypassValidatingWebhook(t) // the webhook refuses overlaps among claims waiting for a pool
+	names := createOverlapping(t, ns, "later", 20)
+	restore()
+	for _, name := range names {
+		subnetReason(t, ns, name, ipamv1.ReasonPoolNotFound) // the arbiter has seen each one
+	}
+	create(t, newPool(ns, "later", "10.2.0.0/16", 0))
+	winner := waitForOneWinner(t, ns)
+	var list ipamv1.SubnetList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(list.Items, func(a, b ipamv1.Subnet) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	if winner != list.Items[0].Name {
+		t.Errorf("winner %s, want the oldest by (creationTimestamp, name) %s", winner, list.Items[0].Name)
+	}
+}
+
+// createOverlapping creates n explicit claims from n clients at once, all
+// overlapping 10.2.0.0/24, and returns their names.
+func createOverlapping(t *testing.T, ns, pool string, n int) []string {
+	t.Helper()
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	var mu sync.Mutex
 	var createdNames []string
-	for i := range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for i := range n {
+		wg.Go(func() {
 			<-start
 			// Nested ranges, all overlapping 10.2.0.0/24.
 			cidr := fmt.Sprintf("10.2.0.0/%d", 20+i%9)
-			s := explicitSubnet(ns, fmt.Sprintf("c%02d", i), "p", cidr)
+			s := explicitSubnet(ns, fmt.Sprintf("c%02d", i), pool, cidr)
 			err := k8s.Create(context.Background(), s)
 			switch {
 			case err == nil:
@@ -269,15 +322,21 @@ func TestSimultaneousOverlappingClaims(t *testing.T) {
 			case !apierrors.IsInvalid(err):
 				t.Errorf("create %s: %v", s.Name, err)
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()
-	restore()
-	if len(createdNames) != 50 {
-		t.Fatalf("%d of 50 claims were created", len(createdNames))
+	if len(createdNames) != n {
+		t.Fatalf("%d of %d claims were created", len(createdNames), n)
 	}
+	return createdNames
+}
 
+// waitForOneWinner waits until every Subnet of ns is decided, exactly one
+// is Ready and every other lost to it (Overlaps, naming it), and returns the
+// winner.
+func waitForOneWinner(t *testing.T, ns string) string {
+	t.Helper()
 	var winner string
 	eventually(t, 30*time.Second, func() error {
 		winner = ""
@@ -310,20 +369,7 @@ func TestSimultaneousOverlappingClaims(t *testing.T) {
 		}
 		return nil
 	})
-	// The winner is the oldest by (creationTimestamp, name).
-	var list ipamv1.SubnetList
-	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(list.Items, func(a, b ipamv1.Subnet) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	if winner != list.Items[0].Name {
-		t.Errorf("winner %s, want the oldest by (creationTimestamp, name) %s", winner, list.Items[0].Name)
-	}
+	return winner
 }
 
 // bypassValidatingWebhook makes the validating webhooks match no operation

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
@@ -233,7 +235,7 @@ func bypassWebhooks(t *testing.T) (restore func()) {
 // does and nothing else: no Secrets, no writes to objects it does not own.
 func TestManagerRBACIsLeastPrivilege(t *testing.T) {
 	ns := namespace(t)
-	for _, f := range []string{"role.yaml", "role_binding.yaml"} {
+	for _, f := range []string{"role.yaml", "role_binding.yaml", "leader_election_role.yaml", "leader_election_role_binding.yaml"} {
 		manifest := mustRead(t, filepath.Join(env.RepoRoot, "config", "rbac", f))
 		manifest = strings.ReplaceAll(manifest, "namespace: system", "namespace: "+ns)
 		if _, stderr, err := kubectl(t, manifest, "apply", "-f", "-"); err != nil {
@@ -248,8 +250,18 @@ func TestManagerRBACIsLeastPrivilege(t *testing.T) {
 		{[]string{"get", "subnets", "-A"}, "yes"},
 		{[]string{"patch", "subnets", "--subresource=status", "-A"}, "yes"},
 		{[]string{"patch", "subnetpools", "--subresource=status", "-A"}, "yes"},
-		{[]string{"update", "subnetpools", "--subresource=finalizers", "-A"}, "yes"},
+		{[]string{"patch", "subnetpools", "-A"}, "yes"}, // the finalizer
 		{[]string{"create", "events.events.k8s.io", "-A"}, "yes"},
+		{[]string{"get", "leases", "-n", ns}, "yes"},
+		{[]string{"create", "leases", "-n", ns}, "yes"},
+		{[]string{"update", "leases", "-n", ns}, "yes"},
+		{[]string{"update", "subnetpools", "-A"}, "no"},
+		{[]string{"update", "subnetpools", "--subresource=finalizers", "-A"}, "no"},
+		{[]string{"update", "subnets", "--subresource=status", "-A"}, "no"},
+		{[]string{"update", "subnetpools", "--subresource=status", "-A"}, "no"},
+		{[]string{"list", "leases", "-n", ns}, "no"},
+		{[]string{"watch", "leases", "-n", ns}, "no"},
+		{[]string{"delete", "leases", "-n", ns}, "no"},
 		{[]string{"update", "subnets", "-A"}, "no"},
 		{[]string{"delete", "subnets", "-A"}, "no"},
 		{[]string{"create", "subnetpools", "-A"}, "no"},
@@ -274,4 +286,26 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// The controller writes a Subnet's status with a JSON patch that tests
+// metadata.uid (reconcilers.SubnetReconciler.writeStatus): kube-apiserver
+// must refuse it, as Invalid, for another object under the same name, and
+// apply it to the same object. The unit test of the re-created Subnet
+// relies on this answer.
+func TestStatusWriteIsPreconditionedOnTheUID(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	s := newSubnet(ns, "s", "missing", 24)
+	create(t, s)
+	patch := func(uid string) error {
+		body := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"add","path":"/status","value":{"observedGeneration":1}}]`, uid)
+		return k8s.Status().Patch(ctx, s.DeepCopy(), client.RawPatch(types.JSONPatchType, []byte(body)))
+	}
+	if err := patch("not-" + string(s.UID)); !apierrors.IsInvalid(err) {
+		t.Errorf("patch for another object: %v, want Invalid", err)
+	}
+	if err := patch(string(s.UID)); err != nil {
+		t.Errorf("patch for this object: %v", err)
+	}
 }
