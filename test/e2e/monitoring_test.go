@@ -38,6 +38,13 @@ func TestMonitoring(t *testing.T) {
 	if err := monitoring.Workload(ctx, k8s, ns); err != nil {
 		t.Fatal(err)
 	}
+	// Once Prometheus has scraped the workload, the denied requests again:
+	// the series they first created increase within the query window.
+	workloadDone := time.Now()
+	eventually(t, time.Minute, func() error { return prom.WaitScraped(ctx, workloadDone, len(env.Managers)) })
+	if err := monitoring.Denied(ctx, k8s, ns); err != nil {
+		t.Fatal(err)
+	}
 	// Prometheus has scraped the end state of the workload from every
 	// replica, and its rules have seen it.
 	done := time.Now()

@@ -55,14 +55,8 @@ func Workload(ctx context.Context, c client.Client, namespace string) error {
 		}
 	}
 
-	// Denied: an overlap with rack-0 and a range outside the pool.
-	for _, bad := range []*ipamv1.Subnet{
-		subnet("overlaps-rack-0", "datacenter", "10.40.32.0/25"),
-		subnet("outside", "team-a", "10.41.0.0/24"),
-	} {
-		if err := c.Create(ctx, bad); !apierrors.IsInvalid(err) {
-			return fmt.Errorf("creating Subnet %s: want the webhook to deny it as invalid, got %w", bad.Name, err)
-		}
+	if err := Denied(ctx, c, namespace); err != nil {
+		return err
 	}
 
 	if err := waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 19, ipamv1.ReasonPoolExhausted: 2}); err != nil {
@@ -85,6 +79,24 @@ func Workload(ctx context.Context, c client.Client, namespace string) error {
 		}
 	}
 	return waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 16, ipamv1.ReasonPoolExhausted: 2})
+}
+
+// Denied sends the workload's requests that the webhooks deny: an overlap
+// with rack-0 and a range outside the pool. Sent again once Prometheus has
+// scraped the workload, they make the series that first appeared during it
+// (denials by reason, the webhooks' latency buckets) increase within a
+// rate() window: a series that appears with its final count has no earlier
+// sample to increase from, and a quick workload leaves no time for one.
+func Denied(ctx context.Context, c client.Client, namespace string) error {
+	for _, bad := range []*ipamv1.Subnet{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "overlaps-rack-0"}, Spec: ipamv1.SubnetSpec{PoolRef: "datacenter", CIDR: "10.40.32.0/25"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "outside"}, Spec: ipamv1.SubnetSpec{PoolRef: "team-a", CIDR: "10.41.0.0/24"}},
+	} {
+		if err := c.Create(ctx, bad); !apierrors.IsInvalid(err) {
+			return fmt.Errorf("creating Subnet %s: want the webhook to deny it as invalid, got %w", bad.Name, err)
+		}
+	}
+	return nil
 }
 
 // waitDecided waits until the namespace's Subnets count want by the reason
