@@ -1,6 +1,7 @@
 package reconcilers
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
@@ -174,5 +176,51 @@ func TestRateLimiter(t *testing.T) {
 	rl.Forget(r)
 	if d := rl.When(r); d != 50*time.Millisecond {
 		t.Errorf("after Forget: %s", d)
+	}
+}
+
+// metadataLister answers the catch-up's metadata LISTs with fixed objects.
+type metadataLister struct {
+	readerFunc
+	subnets []metav1.PartialObjectMetadata
+}
+
+func (m *metadataLister) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	l := list.(*metav1.PartialObjectMetadataList)
+	if l.GroupVersionKind().Kind == "SubnetList" {
+		l.Items = m.subnets
+	}
+	return nil
+}
+
+// A replica that becomes leader right after a graceful hand-over may not
+// have received the old leader's last writes yet. Its controllers' workers
+// start only once its ledger reflects what the API server holds.
+func TestNewLeaderDecidesOnlyAfterCatchingUp(t *testing.T) {
+	l := ledger.New()
+	l.MarkSynced()
+	s := subnet("team-a", "web", "dc")
+	s.UID, s.ResourceVersion = "uid-web", "5"
+	l.ApplySubnet(s, ledger.Created, nil)
+	src := &ledgerSource{ledger: l, reader: &metadataLister{subnets: []metav1.PartialObjectMetadata{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", UID: "uid-web", ResourceVersion: "9"}}, // the old leader's grant
+	}}}
+	synced := make(chan error, 1)
+	go func() { synced <- src.WaitForSync(context.Background()) }()
+	select {
+	case err := <-synced:
+		t.Fatalf("the workers would start on a view behind the API server (%v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	granted := s.DeepCopy()
+	granted.ResourceVersion = "9"
+	l.ApplySubnet(granted, ledger.Updated, s) // the informer delivers it
+	select {
+	case err := <-synced:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the workers did not start once the view caught up")
 	}
 }
