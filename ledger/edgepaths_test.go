@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
 // withUID gives an object a UID of its own, as a re-created object has.
@@ -137,6 +139,11 @@ func TestPoolEditRacingAGrant(t *testing.T) {
 			f, _ := l.PoolFigures(ns, "p")
 			if f.Usage.Held.Int64() != 64 || f.Usage.Reserved.Int64() != 64 || f.Usage.Free.Int64() != 128 {
 				t.Errorf("figures: held %s reserved %s free %s", f.Usage.Held, f.Usage.Reserved, f.Usage.Free)
+			}
+			// The slow path from lists agrees.
+			ref := statuscalc.Calculate(netip.MustParsePrefix("10.0.0.0/24"), edited, []ipamv1.Subnet{*granted}, nil)
+			if diff := cmp.Diff(ref.Usage, f.Usage, cmp.Comparer(func(a, b interface{ String() string }) bool { return a.String() == b.String() })); diff != "" {
+				t.Errorf("figures (-Calculate +ledger):\n%s", diff)
 			}
 			// New decisions follow the new rules: the rest of the reserved
 			// range is not handed out.

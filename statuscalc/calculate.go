@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -93,9 +94,13 @@ func Calculate(serving netip.Prefix, pool *ipamv1.SubnetPool, subnets []ipamv1.S
 }
 
 // Arbitrate builds the free-space map of a pool from its claims and decides
-// who wins, in the winner order of design invariant 1:
+// who wins, in the winner order of the arbiter:
 //   - held ranges are placed first; when two collide (only a bypassed
 //     arbiter can cause that) the older keeps it and the younger loses;
+//   - a held range is never taken away by the pool's rules: one on a
+//     reserved range (a pool edit that raced its grant) is carved out of the
+//     reserved space, one outside the pool is not placed; neither is a
+//     conflict (the pool reports them as ClaimsOutside);
 //   - pending explicit requests are then decided oldest first: a request
 //     loses to a held range or an older winning request it overlaps. Winning
 //     requests are not placed: they hold nothing until the arbiter grants them.
@@ -107,8 +112,9 @@ func Arbitrate(pool netip.Prefix, reserved []netip.Prefix, claims []Claim) (*ips
 	var pending []Claim
 	for i, c := range claims {
 		switch {
-		case c.Held.IsValid():
+		case c.Held.IsValid() && Contains(pool, c.Held):
 			held = append(held, heldRange{p: c.Held, claim: &claims[i]})
+		case c.Held.IsValid(): // outside the pool: kept, not placed
 		case c.Requested.IsValid() && Contains(pool, c.Requested):
 			pending = append(pending, c)
 		}
@@ -116,11 +122,7 @@ func Arbitrate(pool netip.Prefix, reserved []netip.Prefix, claims []Claim) (*ips
 	// Sorted by address, the ranges need no sorting in NewSpaceHolding and
 	// serve the overlap lookups below.
 	slices.SortFunc(held, func(a, b heldRange) int { return a.p.Addr().Compare(b.p.Addr()) })
-	ranges := make([]netip.Prefix, len(held))
-	for i, h := range held {
-		ranges[i] = h.p
-	}
-	space, err := ipspace.NewSpaceHolding(pool, reserved, ranges)
+	space, err := ipspace.NewSpaceHolding(pool, carveReserved(reserved, held), heldPrefixes(held))
 	var conflicts []Conflict
 	if err != nil {
 		space, held, conflicts = placeOldestFirst(pool, reserved, held)
@@ -157,12 +159,12 @@ type heldRange struct {
 // and the losers.
 func placeOldestFirst(pool netip.Prefix, reserved []netip.Prefix, held []heldRange) (*ipspace.Space, []heldRange, []Conflict) {
 	slices.SortFunc(held, func(a, b heldRange) int { return Older(*a.claim, *b.claim) })
-	space := ipspace.NewSpace(pool, reserved)
+	probe := ipspace.NewSpace(pool, nil)
 	winners := ipspace.NewIndex[int]()
 	var placed []heldRange
 	var conflicts []Conflict
 	for _, h := range held {
-		if err := space.Claim(h.p); err != nil {
+		if err := probe.Claim(h.p); err != nil {
 			conflict := Conflict{Loser: h.claim.Ref, LoserRange: h.p}
 			if w := winners.OverlappingSlice(h.p); len(w) > 0 {
 				conflict.Winner, conflict.WinnerRange = placed[w[0].Owner].claim.Ref, placed[w[0].Owner].p
@@ -174,7 +176,40 @@ func placeOldestFirst(pool netip.Prefix, reserved []netip.Prefix, held []heldRan
 		placed = append(placed, h)
 	}
 	slices.SortFunc(placed, func(a, b heldRange) int { return a.p.Addr().Compare(b.p.Addr()) })
+	space, _ := ipspace.NewSpaceHolding(pool, carveReserved(reserved, placed), heldPrefixes(placed)) // disjoint by construction
 	return space, placed, conflicts
+}
+
+// carveReserved returns the reserved ranges minus the held ranges that lie
+// on them: a range granted before it was reserved stays held.
+func carveReserved(reserved []netip.Prefix, held []heldRange) []netip.Prefix {
+	var b netipx.IPSetBuilder
+	carved := false
+	for _, r := range reserved {
+		b.AddPrefix(r)
+	}
+	for _, h := range held {
+		for _, r := range reserved {
+			if r.Overlaps(h.p) {
+				b.RemovePrefix(h.p)
+				carved = true
+				break
+			}
+		}
+	}
+	if !carved {
+		return reserved
+	}
+	set, _ := b.IPSet() // errors only on invalid prefixes
+	return set.Prefixes()
+}
+
+func heldPrefixes(held []heldRange) []netip.Prefix {
+	out := make([]netip.Prefix, len(held))
+	for i, h := range held {
+		out[i] = h.p
+	}
+	return out
 }
 
 // heldOverlapping finds a claim whose held range overlaps p among disjoint

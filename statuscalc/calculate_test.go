@@ -177,15 +177,27 @@ func TestCalculateHeldCollision(t *testing.T) {
 	for _, c := range f.Conflicts {
 		got = append(got, c.String())
 	}
+	// "stray" holds a range outside the pool (the pool shrank while it was
+	// granted): it keeps it, and it is no conflict.
 	want := []string{
 		"Subnet ns/younger (10.0.0.0/25) overlaps Subnet ns/older (10.0.0.0/24)",
-		"Subnet ns/stray holds 10.9.0.0/24 outside the pool or on a reserved range",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("conflicts (-want +got):\n%s", diff)
 	}
 	if f.Usage.Held.String() != "256" {
 		t.Errorf("allocated %s, want 256", f.Usage.Held)
+	}
+}
+
+// A range granted before it was reserved stays held: the reserved space is
+// what is left of the reserved range around it.
+func TestCalculateHeldOnAReservedRange(t *testing.T) {
+	p := pool("10.0.0.0/24", ptr.To[int32](26), "10.0.0.0/25")
+	f := Calculate(netip.MustParsePrefix(p.Spec.CIDR), p, []ipamv1.Subnet{subnet("raced", 1, "", "10.0.0.0/26")}, nil)
+	u := f.Usage
+	if len(f.Conflicts) != 0 || u.Held.Int64() != 64 || u.Reserved.Int64() != 64 || u.Free.Int64() != 128 || f.Allocatable.Int64() != 2 {
+		t.Errorf("conflicts %v, held %s reserved %s free %s allocatable %s", f.Conflicts, u.Held, u.Reserved, u.Free, f.Allocatable)
 	}
 }
 
