@@ -162,14 +162,21 @@ func TestAPIServerRestartUnderLoad(t *testing.T) {
 }
 
 // With the webhook unreachable, creates fail closed with the API server's
-// error; with the webhooks bypassed altogether, the CRD schema and its CEL
-// rules still refuse malformed input.
+// error while deletes of Subnets still go through; with the webhooks
+// bypassed altogether, the CRD schema and its CEL rules still refuse
+// malformed input.
 func TestWebhookUnreachableFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	create(t, newPool(ns, "p", "10.90.0.0/16", 24))
+	create(t, newPool(ns, "p", "10.90.0.0/16", 24), newSubnet(ns, "leaving", "p", 24))
+	subnetReason(t, ns, "leaving", ipamv1.ReasonAllocated)
 	m := env.Managers[0]
 	m.Process.Stop(15 * time.Second)
+	// Deleting a Subnet needs no admission: an outage does not block it (nor
+	// the deletion of its namespace).
+	if _, stderr, err := kubectl(t, "", "delete", "-n", ns, "subnet", "leaving", "--wait=false"); err != nil {
+		t.Errorf("deleting a Subnet with the webhook down: %v %s", err, stderr)
+	}
 	var restore func()
 	t.Cleanup(func() { // the manager first: restoring waits for its webhook to answer
 		if err := env.StartManager(ctx, m); err != nil {
