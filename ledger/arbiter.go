@@ -140,19 +140,27 @@ func (l *Ledger) DecidePool(namespace, name string, uid types.UID) (Decision, bo
 
 func (n *namespace) decidePool(s *slot) (Decision, []ClaimKey) {
 	p := s.pool
+	// Every decision on a child pool carries the range its parent granted
+	// it, so that no status write erases a grant its claims depend on.
+	granted := s.serving
+	if p.parent != "" {
+		if c := n.claims[PoolKey(p.name)]; c != nil {
+			granted = c.holds()
+		}
+	}
 	if !p.spec.IsValid() {
-		return Decision{Reason: ipamv1.ReasonInvalidSpec, Message: "spec.cidr is not a canonical CIDR"}, nil
+		return Decision{Reason: ipamv1.ReasonInvalidSpec, CIDR: granted, Message: "spec.cidr is not a canonical CIDR"}, nil
 	}
 	if p.deleting {
 		subnets, children := n.users(s)
-		return Decision{Reason: ipamv1.ReasonTerminating, CIDR: s.serving,
+		return Decision{Reason: ipamv1.ReasonTerminating, CIDR: granted,
 			Message: fmt.Sprintf("being deleted; waiting for %d Subnets and %d child pools that use it to be deleted", subnets, children)}, nil
 	}
 	if p.parent == "" {
-		return n.serving(s, fmt.Sprintf("serving %s", s.serving)), nil
+		return n.serving(s, s.serving, fmt.Sprintf("serving %s", s.serving)), nil
 	}
 	if chain := n.cycle(p.name); chain != "" {
-		return Decision{Reason: ipamv1.ReasonCycle, Message: "parentRef chain leads back to this pool: " + chain}, nil
+		return Decision{Reason: ipamv1.ReasonCycle, CIDR: granted, Message: "parentRef chain leads back to this pool: " + chain}, nil
 	}
 	c := n.claims[PoolKey(p.name)]
 	parent := n.slots[p.parent]
@@ -165,7 +173,7 @@ func (n *namespace) decidePool(s *slot) (Decision, []ClaimKey) {
 	wake = append(wake, more...)
 	held := c.holds()
 	if held == c.requested {
-		d := n.serving(s, fmt.Sprintf("serving %s, granted by parent SubnetPool %s/%s", held, n.name, p.parent))
+		d := n.serving(s, held, fmt.Sprintf("serving %s, granted by parent SubnetPool %s/%s", held, n.name, p.parent))
 		d.Assumed = c.assumed.IsValid()
 		return d, wake
 	}
@@ -176,13 +184,14 @@ func (n *namespace) decidePool(s *slot) (Decision, []ClaimKey) {
 	return d, wake
 }
 
-// serving is the decision for a pool that serves its range: Available, or
-// ClaimsOutside while claims granted before its last change break its rules.
-func (n *namespace) serving(s *slot, message string) Decision {
+// serving is the decision for a pool that serves (or, a child pool, was
+// granted) cidr: Available, or ClaimsOutside while claims granted before its
+// last change break its rules.
+func (n *namespace) serving(s *slot, cidr netip.Prefix, message string) Decision {
 	if len(s.outside) == 0 {
-		return Decision{Reason: ipamv1.ReasonAvailable, CIDR: s.serving, Message: message}
+		return Decision{Reason: ipamv1.ReasonAvailable, CIDR: cidr, Message: message}
 	}
-	return Decision{Reason: ipamv1.ReasonClaimsOutside, CIDR: s.serving,
+	return Decision{Reason: ipamv1.ReasonClaimsOutside, CIDR: cidr,
 		Message: fmt.Sprintf("%s; %s outside it or on a reserved range: %s; they were granted before the pool's last change and keep their ranges: delete them to complete the change",
 			message, claimsLie(len(s.outside)), n.describeClaims(s, s.outside))}
 }
@@ -228,7 +237,7 @@ func (n *namespace) poolUnusable(s *slot, name string) (Decision, bool) {
 			Message: fmt.Sprintf("SubnetPool %s/%s is being deleted", n.name, name)}, false
 	case s.space == nil:
 		return Decision{Reason: ipamv1.ReasonPoolNotReady,
-			Message: fmt.Sprintf("SubnetPool %s/%s serves no range yet (is its parent missing, or its range taken?)", n.name, name)}, false
+			Message: fmt.Sprintf("SubnetPool %s/%s serves no range yet (its parent has not granted it one, or the grant is still being written)", n.name, name)}, false
 	}
 	return Decision{}, true
 }
@@ -241,6 +250,10 @@ func (n *namespace) poolUnusable(s *slot, name string) (Decision, bool) {
 func (n *namespace) decideRequest(s *slot, c *claim) (Decision, []ClaimKey) {
 	if c.holds() == c.requested {
 		return allocated(c), nil
+	}
+	if c.unconfirmed() {
+		return Decision{Reason: ipamv1.ReasonPending,
+			Message: fmt.Sprintf("waiting for its grant of %s to be written before it changes", c.assumed)}, nil
 	}
 	d := n.whyNotGranted(s, c)
 	if d.Reason != ipamv1.ReasonPending {
@@ -261,14 +274,12 @@ func (n *namespace) whyNotGranted(s *slot, c *claim) Decision {
 	if why := n.outOfRange(s, c); why != "" {
 		return Decision{Reason: ipamv1.ReasonOutOfRange, Message: why}
 	}
-	if c.holds().IsValid() {
-		if outside := n.outsideResize(c); len(outside) > 0 {
-			child := n.slots[c.key.Name()]
-			return Decision{Reason: ipamv1.ReasonClaimsOutside,
-				Message: fmt.Sprintf("%s outside it: %s", claimsLie(len(outside)), n.describeClaims(child, outside))}
-		}
+	if outside := n.outsideResize(c); len(outside) > 0 {
+		child := n.slots[c.key.Name()]
+		return Decision{Reason: ipamv1.ReasonClaimsOutside,
+			Message: fmt.Sprintf("%s outside it: %s", claimsLie(len(outside)), n.describeClaims(child, outside))}
 	}
-	winner := n.placedOverlapping(s, c, c.requested)
+	winner := n.holderOverlapping(s, c, c.requested)
 	if winner == nil {
 		// The sweep grants a free request in range, so this is not reached;
 		// say what is known rather than guess.
@@ -317,11 +328,11 @@ func (n *namespace) pendingRequests(s *slot) []*claim {
 }
 
 // sweep decides the slot's pending explicit requests in winner order, each
-// taking its range if the pool's rules allow it and no held range overlaps
-// it. A child pool that asks for another range also needs its own claims to
-// fit the new range. It returns the claims to wake: the ones it granted,
-// the waiters of child pools whose range it granted or moved, and the
-// waiters a moved child pool made room for.
+// taking its range if the pool's rules allow it and no other claim keeps an
+// overlapping range. A child pool also needs its own claims to fit the range
+// it asks for. It returns the claims to wake: the ones it granted, the
+// waiters of child pools whose range it changed, and the waiters a change
+// made room for.
 func (n *namespace) sweep(s *slot) []ClaimKey {
 	if !s.sweep || s.space == nil {
 		return nil
@@ -329,31 +340,29 @@ func (n *namespace) sweep(s *slot) []ClaimKey {
 	s.sweep = false
 	var wake []ClaimKey
 	for _, c := range n.pendingRequests(s) {
-		if n.outOfRange(s, c) != "" || n.placedOverlapping(s, c, c.requested) != nil {
+		if c.unconfirmed() || n.outOfRange(s, c) != "" || n.holderOverlapping(s, c, c.requested) != nil || len(n.outsideResize(c)) > 0 {
 			continue
 		}
-		old := c.holds()
-		if old.IsValid() && len(n.outsideResize(c)) > 0 {
+		// The request is inside the pool, off its reserved ranges and no
+		// other claim keeps any of it: with the claim's own ranges it is
+		// placeable. A child pool keeps its old range too until the API
+		// shows the new one (claim.footprint).
+		n.indexClaim(s, c, false)
+		c.assumed = c.requested
+		n.indexClaim(s, c, true)
+		ch := n.refit(s, c)
+		if _, collided := s.collisions[c.key]; collided || !slices.ContainsFunc(c.placed, func(q netip.Prefix) bool { return statuscalc.Contains(q, c.requested) }) {
+			// Not reached: the checks above say the map can take it. Should
+			// it not, the grant is withdrawn rather than forced.
+			n.indexClaim(s, c, false)
+			c.assumed = netip.Prefix{}
+			n.indexClaim(s, c, true)
+			n.refit(s, c)
 			continue
 		}
-		// The request is inside the pool, off its reserved ranges and
-		// overlaps no other held range, so once c's own range is released
-		// it is free.
-		wasPlaced := c.placed
-		if old.IsValid() && wasPlaced {
-			n.release(s, c, old)
-		}
-		if s.space.Claim(c.requested) != nil {
-			// Not reached; should the map disagree with the index, rebuild
-			// it from the claims rather than decide on it.
-			n.buildSpace(s)
-			continue
-		}
-		n.assume(s, c, c.requested)
+		s.noteWaiting(c)
 		wake = append(wake, c.key)
-		if old.IsValid() && wasPlaced {
-			wake = append(wake, n.afterRelease(s, old)...)
-		}
+		wake = append(wake, n.wakeAfter(s, ch)...)
 		if c.key.Kind() == statuscalc.KindSubnetPool {
 			if child := n.slots[c.key.Name()]; child != nil && n.rebuildSpace(child) {
 				wake = append(wake, n.waiters(child)...)
@@ -363,8 +372,9 @@ func (n *namespace) sweep(s *slot) []ClaimKey {
 	return wake
 }
 
-// outsideResize returns the held claims of a child pool that lie outside
-// the range it now asks for: what blocks the change.
+// outsideResize returns the claims of a child pool that keep a range
+// outside the range it asks for: what blocks the change, or the first
+// grant (claims of a child can outlive a grant that was never written).
 func (n *namespace) outsideResize(c *claim) map[ClaimKey]struct{} {
 	child := n.slots[c.key.Name()]
 	if child == nil || c.key.Kind() != statuscalc.KindSubnetPool {
@@ -372,11 +382,13 @@ func (n *namespace) outsideResize(c *claim) map[ClaimKey]struct{} {
 	}
 	var out map[ClaimKey]struct{}
 	for key, cc := range child.claims {
-		if h := cc.holds(); h.IsValid() && !statuscalc.Contains(c.requested, h) {
-			if out == nil {
-				out = map[ClaimKey]struct{}{}
+		for _, h := range cc.footprint() {
+			if !statuscalc.Contains(c.requested, h) {
+				if out == nil {
+					out = map[ClaimKey]struct{}{}
+				}
+				out[key] = struct{}{}
 			}
-			out[key] = struct{}{}
 		}
 	}
 	return out
@@ -386,16 +398,18 @@ func (n *namespace) outsideResize(c *claim) map[ClaimKey]struct{} {
 // slot's map.
 func (n *namespace) assume(s *slot, c *claim, p netip.Prefix) {
 	n.indexClaim(s, c, false)
-	c.assumed, c.placed = p, true
+	c.assumed, c.placed = p, []netip.Prefix{p}
 	delete(s.collisions, c.key)
 	n.indexClaim(s, c, true)
 	s.noteWaiting(c)
 }
 
 // Forget withdraws the assumed grant p of the claim key of the object with
-// this UID, whose write failed for good (the object is gone, or the API
-// refused the status). The range is free again. A claim of another object
-// under the same name is left alone.
+// this UID, whose write failed for good (the object is gone or replaced, or
+// the API refused the status). The range is free again. A claim of another
+// object under the same name is left alone, and the claim itself is not
+// woken: it would be granted again and fail again until the informer shows
+// why; its own next event decides it.
 func (l *Ledger) Forget(namespace string, key ClaimKey, uid types.UID, p netip.Prefix) {
 	n := l.ns(namespace, false)
 	if n == nil {
@@ -409,16 +423,17 @@ func (l *Ledger) Forget(namespace string, key ClaimKey, uid types.UID, p netip.P
 	}
 	s := n.slots[c.pool]
 	n.indexClaim(s, c, false)
-	if c.placed {
-		n.release(s, c, p)
-	}
 	c.assumed = netip.Prefix{}
-	n.unplace(s, c)
-	n.place(s, c) // the API's view, if it holds something
 	n.indexClaim(s, c, true)
+	ch := n.refit(s, c)
 	s.noteWaiting(c)
 	s.sweep = true
-	wake := n.waiters(s)
+	var wake []ClaimKey
+	for _, k := range n.wakeAfter(s, ch) {
+		if k != key {
+			wake = append(wake, k)
+		}
+	}
 	n.mu.Unlock()
 	l.publishWake(namespace, wake)
 }

@@ -250,13 +250,19 @@ func TestShrinkingAChildWakesTheParentsWaiters(t *testing.T) {
 			t.Fatalf("%s: %+v", name, d)
 		}
 	}
-	rec.events = nil
 	shrunk := child.DeepCopy()
 	shrunk.Spec.CIDR = "10.0.0.0/24"
 	l.ApplyPool(shrunk, Updated, child)
 	if d := decidePool(t, l, "child"); !d.Ready() || d.CIDR.String() != "10.0.0.0/24" {
 		t.Fatalf("child: %+v", d)
 	}
+	// Until the API shows the child's new range, its old one stays held:
+	// a new leader would read only the old one.
+	if d := decide(t, l, "d2"); d.Reason != ipamv1.ReasonPoolExhausted {
+		t.Fatalf("d2 before the child's new range is written: %+v", d)
+	}
+	rec.events = nil
+	l.ApplyPool(withStatus(shrunk, "10.0.0.0/24"), Updated, shrunk)
 	if !slices.Contains(rec.woken(), "Subnet/d2") {
 		t.Error("the shrink did not wake the parent's waiter")
 	}
@@ -397,5 +403,220 @@ func TestCatchUpWaitsForTheOldLeadersWrites(t *testing.T) {
 	l.ApplySubnet(dynamic("next", "p", 26, 2), Created, nil)
 	if d := decide(t, l, "next"); d.CIDR.String() != "10.0.0.64/26" {
 		t.Errorf("next: %+v (the old leader's grant is 10.0.0.0/26)", d)
+	}
+}
+
+// A follower sees a pool edit that raced a grant before the grant's status
+// write (the usual order of two informers). Its map must still keep every
+// held range: it decides on it once it leads.
+func TestFollowerSeesAGrantOnANewlyReservedRange(t *testing.T) {
+	l, _ := newLedger()
+	pool := rootPool("p", "10.0.0.0/24", 26)
+	l.ApplyPool(pool, Created, nil)
+	l.ApplySubnet(ready(dynamic("h", "p", 26, 1), "10.0.0.128/26"), Created, nil)
+	g := dynamic("g", "p", 26, 2)
+	l.ApplySubnet(g, Created, nil)
+	edited := pool.DeepCopy()
+	edited.Generation = 2
+	edited.Spec.Reserved = []string{"10.0.0.0/25"}
+	l.ApplyPool(edited, Updated, pool)
+	l.ApplySubnet(ready(g, "10.0.0.0/26"), Updated, g) // the old leader's grant
+	if f, _ := l.PoolFigures(ns, "p"); f.Usage.Held.Int64() != 128 || f.Usage.Reserved.Int64() != 64 || f.Usage.Free.Int64() != 64 {
+		t.Errorf("figures: held %s reserved %s free %s", f.Usage.Held, f.Usage.Reserved, f.Usage.Free)
+	}
+	l.ApplySubnet(dynamic("n", "p", 26, 3), Created, nil)
+	if d := decide(t, l, "n"); d.CIDR.String() != "10.0.0.192/26" {
+		t.Errorf("n: %+v (h holds 10.0.0.128/26, g 10.0.0.0/26, 10.0.0.64/26 is reserved)", d)
+	}
+}
+
+// A pool shrunk, in a race with a grant, to a range inside the granted one:
+// the claim keeps its range, which covers everything the pool now serves.
+func TestShrinkInsideAHeldRangeKeepsItFromOthers(t *testing.T) {
+	l, _ := newLedger()
+	pool := rootPool("p", "10.0.0.0/23", 26)
+	l.ApplyPool(pool, Created, nil)
+	l.ApplySubnet(ready(dynamic("big", "p", 24, 1), "10.0.0.0/24"), Created, nil)
+	shrunk := pool.DeepCopy()
+	shrunk.Generation = 2
+	shrunk.Spec.CIDR = "10.0.0.0/25"
+	l.ApplyPool(shrunk, Updated, pool)
+	l.ApplySubnet(dynamic("d", "p", 26, 2), Created, nil)
+	if d := decide(t, l, "d"); d.Ready() {
+		t.Errorf("d granted %s inside big's 10.0.0.0/24", d.CIDR)
+	}
+	l.ApplySubnet(explicit("e", "p", "10.0.0.64/26", 3), Created, nil)
+	if d := decide(t, l, "e"); d.Ready() {
+		t.Errorf("e granted %s inside big's 10.0.0.0/24", d.CIDR)
+	}
+	if d := decidePool(t, l, "p"); d.Reason != ipamv1.ReasonClaimsOutside {
+		t.Errorf("pool: %+v", d)
+	}
+	l.DeleteSubnet(ready(dynamic("big", "p", 24, 1), "10.0.0.0/24"))
+	if d := decide(t, l, "d"); !d.Ready() {
+		t.Errorf("d after big went: %+v", d)
+	}
+}
+
+// A child pool granted before its parent reserved its range moves off it:
+// once the API shows the move, the parent no longer reports it.
+func TestChildMovedOffAReservedRangeIsNoLongerReported(t *testing.T) {
+	l, _ := newLedger()
+	parent := rootPool("parent", "10.0.0.0/22", 24)
+	l.ApplyPool(parent, Created, nil)
+	child := withStatus(childPool("child", "parent", "10.0.0.0/24", 1), "10.0.0.0/24")
+	l.ApplyPool(child, Created, nil)
+	edited := parent.DeepCopy()
+	edited.Generation = 2
+	edited.Spec.Reserved = []string{"10.0.0.0/24"}
+	l.ApplyPool(edited, Updated, parent)
+	if d := decidePool(t, l, "parent"); d.Reason != ipamv1.ReasonClaimsOutside {
+		t.Fatalf("parent before: %+v", d)
+	}
+	moved := child.DeepCopy()
+	moved.Generation = 2
+	moved.Spec.CIDR = "10.0.1.0/24"
+	l.ApplyPool(moved, Updated, child)
+	if d := decidePool(t, l, "child"); !d.Ready() || d.CIDR.String() != "10.0.1.0/24" {
+		t.Fatalf("child: %+v", d)
+	}
+	l.ApplyPool(withStatus(moved, "10.0.1.0/24"), Updated, moved)
+	if d := decidePool(t, l, "parent"); d.Reason != ipamv1.ReasonAvailable {
+		t.Errorf("parent after the child moved off the reserved range: %s %q", d.Reason, d.Message)
+	}
+	if f, _ := l.PoolFigures(ns, "parent"); f.Usage.Reserved.Int64() != 256 || f.Usage.Held.Int64() != 256 {
+		t.Errorf("parent figures: reserved %s held %s", f.Usage.Reserved, f.Usage.Held)
+	}
+}
+
+// A child pool that moves keeps its old range in its parent until the API
+// shows the new one: the Subnet controller could otherwise write a grant
+// inside it while the pool controller has not written the move, and a new
+// leader would read both.
+func TestAChildMoveKeepsItsOldRangeUntilWritten(t *testing.T) {
+	l, rec := newLedger()
+	l.ApplyPool(rootPool("p", "10.0.0.0/22", 24), Created, nil)
+	c := withStatus(childPool("c", "p", "10.0.0.0/23", 1), "10.0.0.0/23")
+	l.ApplyPool(c, Created, nil)
+	l.ApplySubnet(ready(dynamic("s0", "p", 24, 2), "10.0.2.0/24"), Created, nil)
+	l.ApplySubnet(dynamic("s1", "p", 23, 3), Created, nil)
+	if d := decide(t, l, "s1"); d.Reason != ipamv1.ReasonPoolExhausted {
+		t.Fatalf("s1: %+v", d)
+	}
+	moved := c.DeepCopy()
+	moved.Generation = 2
+	moved.Spec.CIDR = "10.0.3.0/24"
+	l.ApplyPool(moved, Updated, c)
+	if d := decidePool(t, l, "c"); d.CIDR.String() != "10.0.3.0/24" || !d.Assumed {
+		t.Fatalf("c: %+v", d)
+	}
+	if d := decide(t, l, "s1"); d.Ready() {
+		t.Errorf("s1 granted %s while c's status still shows 10.0.0.0/23", d.CIDR)
+	}
+	rec.events = nil
+	l.ApplyPool(withStatus(moved, "10.0.3.0/24"), Updated, moved)
+	if !slices.Contains(rec.woken(), "Subnet/s1") {
+		t.Error("the written move did not wake s1")
+	}
+	if d := decide(t, l, "s1"); d.CIDR.String() != "10.0.0.0/23" {
+		t.Errorf("s1 after the move was written: %+v", d)
+	}
+}
+
+// Ranges that collide in what the API shows (written before the fix above,
+// or by hand) are kept from other claims: the younger claim's too.
+func TestCollidingRangesAreKeptFromOthers(t *testing.T) {
+	for _, childFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("childFirst=%v", childFirst), func(t *testing.T) {
+			l, _ := newLedger()
+			l.ApplyPool(rootPool("p", "10.0.0.0/22", 24), Created, nil)
+			c := withStatus(childPool("c", "p", "10.0.2.0/24", 1), "10.0.0.0/23")
+			s1 := ready(dynamic("s1", "p", 23, 2), "10.0.0.0/23")
+			if childFirst {
+				l.ApplyPool(c, Created, nil)
+				l.ApplySubnet(s1, Created, nil)
+			} else {
+				l.ApplySubnet(s1, Created, nil)
+				l.ApplyPool(c, Created, nil)
+			}
+			decidePool(t, l, "c")
+			l.ApplySubnet(dynamic("s2", "p", 23, 3), Created, nil)
+			if d := decide(t, l, "s2"); d.Ready() && d.CIDR.Overlaps(netip.MustParsePrefix("10.0.0.0/23")) {
+				t.Errorf("s2 granted %s inside Ready s1 (10.0.0.0/23)", d.CIDR)
+			}
+			if f, _ := l.PoolFigures(ns, "p"); len(f.Conflicts) != 1 {
+				t.Errorf("conflicts %v, want s1 reported once", f.Conflicts)
+			}
+		})
+	}
+}
+
+// A child pool serves its grant only once the API shows it: no Subnet is
+// granted from a grant that a hand-over could drop.
+func TestAChildServesOnlyItsWrittenGrant(t *testing.T) {
+	l, rec := newLedger()
+	l.ApplyPool(rootPool("p", "10.0.0.0/22", 24), Created, nil)
+	c := childPool("c", "p", "10.0.0.0/24", 1)
+	c.Spec.DefaultPrefixLength = ptr.To[int32](25)
+	l.ApplyPool(c, Created, nil)
+	l.ApplySubnet(dynamic("x", "c", 25, 2), Created, nil)
+	if d := decidePool(t, l, "c"); d.CIDR.String() != "10.0.0.0/24" || !d.Assumed {
+		t.Fatalf("c: %+v", d)
+	}
+	if d := decide(t, l, "x"); d.Reason != ipamv1.ReasonPoolNotReady {
+		t.Fatalf("x before c's grant is written: %+v", d)
+	}
+	rec.events = nil
+	l.ApplyPool(withStatus(c, "10.0.0.0/24"), Updated, c)
+	if !slices.Contains(rec.woken(), "Subnet/x") {
+		t.Error("the written grant did not wake x")
+	}
+	if d := decide(t, l, "x"); d.CIDR.String() != "10.0.0.0/25" {
+		t.Errorf("x: %+v", d)
+	}
+	// A child is never granted a range that leaves out its own claims.
+	moved := withStatus(c, "10.0.0.0/24")
+	moved.Spec.CIDR = "10.0.2.0/24"
+	moved.Generation = 2
+	l.ApplyPool(moved, Updated, nil)
+	if d := decidePool(t, l, "c"); d.Reason != ipamv1.ReasonClaimsOutside || d.CIDR.String() != "10.0.0.0/24" {
+		t.Errorf("c asked to move away from x: %+v", d)
+	}
+}
+
+// A grant withdrawn because its write failed (the Subnet was deleted or
+// replaced) wakes what it blocked, not the claim itself: that one would be
+// granted again, written again and fail again until the informer catches up.
+func TestForgetWakesWhatTheGrantBlockedButNotItself(t *testing.T) {
+	l, rec := newLedger()
+	l.ApplyPool(rootPool("p", "10.0.0.0/22", 24), Created, nil)
+	c := withStatus(childPool("c", "p", "10.0.0.0/23", 1), "10.0.0.0/23")
+	c.Spec.DefaultPrefixLength = ptr.To[int32](24)
+	l.ApplyPool(c, Created, nil)
+	decidePool(t, l, "c")
+	l.ApplySubnet(ready(dynamic("low", "c", 24, 2), "10.0.0.0/24"), Created, nil)
+	l.ApplySubnet(dynamic("x", "c", 24, 3), Created, nil)
+	d := decide(t, l, "x")
+	if d.CIDR.String() != "10.0.1.0/24" || !d.Assumed {
+		t.Fatalf("x: %+v", d)
+	}
+	shrunk := c.DeepCopy()
+	shrunk.Generation = 2
+	shrunk.Spec.CIDR = "10.0.0.0/24"
+	l.ApplyPool(shrunk, Updated, c)
+	if d := decidePool(t, l, "c"); d.Reason != ipamv1.ReasonClaimsOutside {
+		t.Fatalf("c blocked: %+v", d)
+	}
+	rec.events = nil
+	l.Forget(ns, SubnetKey("x"), "uid-x", d.CIDR)
+	woken := rec.woken()
+	if slices.Contains(woken, "Subnet/x") {
+		t.Error("Forget woke the claim it withdrew")
+	}
+	if !slices.Contains(woken, "SubnetPool/c") {
+		t.Error("Forget released the only claim blocking c's shrink, but did not wake c")
+	}
+	if d := decidePool(t, l, "c"); d.CIDR.String() != "10.0.0.0/24" {
+		t.Errorf("c when decided: %+v", d)
 	}
 }

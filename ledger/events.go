@@ -180,14 +180,31 @@ func sameRules(a, b *pool) bool {
 		slices.Equal(a.reserved, b.reserved)
 }
 
-// wakeAfterRelease returns the claims to wake after a claim of the pool
-// released a range.
-func (n *namespace) wakeAfterRelease(poolName string, released netip.Prefix) []ClaimKey {
+// wakeAfterRelease returns the claims to wake after a change to the free
+// space of the pool poolName.
+func (n *namespace) wakeAfterRelease(poolName string, ch change) []ClaimKey {
 	s := n.slots[poolName]
-	if s == nil || !released.IsValid() {
+	if s == nil {
 		return nil
 	}
-	return n.afterRelease(s, released)
+	return n.wakeAfter(s, ch)
+}
+
+// wakeAfter returns the claims a change to a slot's free space may let in:
+// after a rebuild, every waiter; after releases, afterRelease's.
+func (n *namespace) wakeAfter(s *slot, ch change) []ClaimKey {
+	if ch.rebuilt {
+		wake := n.waiters(s)
+		if s.pool != nil && s.pool.parent != "" {
+			wake = append(wake, n.afterRelease(s, netip.Prefix{})...) // a child pool waiting to change its range
+		}
+		return wake
+	}
+	var wake []ClaimKey
+	for _, p := range ch.released {
+		wake = append(wake, n.afterRelease(s, p)...)
+	}
+	return wake
 }
 
 // afterRelease returns the claims that released may let in: waiting
@@ -204,7 +221,7 @@ func (n *namespace) afterRelease(s *slot, released netip.Prefix) []ClaimKey {
 			c := s.claims[key]
 			switch {
 			case c.requested.IsValid():
-				if c.requested.Overlaps(released) {
+				if released.IsValid() && c.requested.Overlaps(released) {
 					wake = append(wake, key)
 				}
 			case largest.IsValid():

@@ -80,27 +80,78 @@ type claim struct {
 	// and is writing. The claim holds assumed if valid, else held.
 	held    netip.Prefix
 	assumed netip.Prefix
-	// placed: the held range is in its pool's free-space map. A held range
-	// that collides with another (a bypassed arbiter, a hand-written status)
-	// is not placed and is reported.
-	placed bool
-	// outside: the held range breaks its pool's current rules: it lies
-	// outside the range the pool serves (not placed) or on a reserved range
-	// (placed, carved out of the reserved space). Only a pool edit that raced
-	// the grant does that; the claim keeps its range and the pool reports it
-	// (reason ClaimsOutside).
+	// placed are the ranges of the claim's footprint held in its pool's
+	// free-space map. A range that collides with another claim's (a
+	// bypassed arbiter, a hand-written status) is not placed; the claim is
+	// then in its slot's collisions, and its ranges are kept from others.
+	placed []netip.Prefix
+	// outside: part of the footprint breaks its pool's current rules: it
+	// lies outside the range the pool serves (not placed) or on a reserved
+	// range (placed, carved out of the reserved space). Only a pool edit
+	// that raced the grant does that; the claim keeps its range and the pool
+	// reports it (reason ClaimsOutside).
 	outside bool
 
 	// reason is the Ready condition's reason in status, for reporting.
 	reason string
 }
 
-// holds is the range the claim holds, if any.
+// holds is the range the claim holds, as decided: the grant being written,
+// else what the API shows.
 func (c *claim) holds() netip.Prefix {
 	if c.assumed.IsValid() {
 		return c.assumed
 	}
 	return c.held
+}
+
+// footprint is what the claim's pool must keep from other claims: what the
+// API shows it holding and, while a grant is being written, the grant too.
+// Until the API shows a child pool's new range, its old one may still hold
+// claims of its own, and after a hand-over the next leader reads only what
+// the API shows: so a child pool that shrinks keeps its old range, and one
+// that moves keeps both, until the informer delivers the new status.
+func (c *claim) footprint() []netip.Prefix {
+	a, h := c.assumed, c.held
+	switch {
+	case !a.IsValid() && !h.IsValid():
+		return nil
+	case !a.IsValid() || a == h:
+		return []netip.Prefix{h}
+	case !h.IsValid():
+		return []netip.Prefix{a}
+	case statuscalc.Contains(h, a):
+		return []netip.Prefix{h}
+	case statuscalc.Contains(a, h):
+		return []netip.Prefix{a}
+	}
+	return []netip.Prefix{h, a}
+}
+
+// unconfirmed reports whether the claim has a grant that the informer has
+// not shown back yet. A child pool's grant does not change again until it
+// has: the write may have landed, and another grant would then not cover
+// what the API shows.
+func (c *claim) unconfirmed() bool {
+	return c.assumed.IsValid() && c.assumed != c.held
+}
+
+// serves is the part of a child pool's grant that the API already shows:
+// its claims are granted only from there, so none of them lies in a range
+// the child might not get once the API is read again (by a new leader).
+func (c *claim) serves() netip.Prefix {
+	a, h := c.assumed, c.held
+	switch {
+	case !a.IsValid():
+		return h
+	case !h.IsValid():
+		return netip.Prefix{}
+	case statuscalc.Contains(h, a):
+		return a
+	case statuscalc.Contains(a, h):
+		return h
+	}
+	return netip.Prefix{}
 }
 
 func (c *claim) statuscalcClaim(namespace string) statuscalc.Claim {
@@ -313,18 +364,31 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 	return pl, c
 }
 
+// change is what an update of the claims did to a slot's free space: the
+// ranges a claim no longer keeps from others, or a rebuilt map (after which
+// anything may fit).
+type change struct {
+	released []netip.Prefix
+	rebuilt  bool
+}
+
+func (a change) merge(b change) change {
+	return change{released: append(a.released, b.released...), rebuilt: a.rebuilt || b.rebuilt}
+}
+
 // upsertClaim records a claim's new facts, keeping the arbiter's assumption
-// until the API shows it. It returns the range it released, if any.
-func (n *namespace) upsertClaim(next *claim) (released netip.Prefix) {
+// until the API shows it, and what that did to its pool's free space.
+func (n *namespace) upsertClaim(next *claim) change {
+	var ch change
 	old := n.claims[next.key]
 	if old != nil && old.uid != next.uid {
 		// Same name, new object: the old one was deleted and we missed it.
-		released = n.removeClaim(old.key)
+		ch = n.removeClaim(old.key)
 		old = nil
 	}
 	if old != nil && old.pool != next.pool {
 		// poolRef is immutable; only a bypassed schema gets here.
-		released = n.removeClaim(old.key)
+		ch = n.removeClaim(old.key)
 		old = nil
 	}
 	if old == nil {
@@ -334,42 +398,35 @@ func (n *namespace) upsertClaim(next *claim) (released netip.Prefix) {
 		s.claims[next.key] = next
 		s.count(next.key, next.reason, +1)
 		n.indexClaim(s, next, true)
-		if next.requested.IsValid() && !next.holds().IsValid() {
+		if next.requested.IsValid() && next.requested != next.holds() {
 			s.sweep = true
 		}
 		n.place(s, next)
 		s.noteWaiting(next)
-		return released
+		return ch
 	}
 
 	s := n.slot(old.pool)
 	n.indexClaim(s, old, false)
-	oldHolds := old.holds()
-	// The assumption stands until the API shows what it holds.
+	// The assumption stands until the API shows what it holds; then a
+	// request it held up is arbitrated again.
 	if old.assumed.IsValid() && next.held == old.assumed {
 		old.assumed = netip.Prefix{}
+		s.sweep = true
 	}
-	requestChanged := old.requested != next.requested
+	if old.requested != next.requested && next.requested.IsValid() {
+		s.sweep = true // a child pool asks for a new range
+	}
 	old.requested, old.prefixLength, old.invalidSpec = next.requested, next.prefixLength, next.invalidSpec
 	if old.reason != next.reason {
 		s.count(old.key, old.reason, -1)
 		s.count(old.key, next.reason, +1)
 	}
 	old.held, old.reason, old.created, old.rv = next.held, next.reason, next.created, next.rv
-	if requestChanged && old.requested.IsValid() {
-		s.sweep = true // a child pool asks for a new range
-	}
-	if old.holds() != oldHolds {
-		if old.placed {
-			n.release(s, old, oldHolds)
-			released = oldHolds
-		}
-		n.unplace(s, old)
-		n.place(s, old)
-	}
 	n.indexClaim(s, old, true)
+	ch = ch.merge(n.refit(s, old))
 	s.noteWaiting(old)
-	return released
+	return ch
 }
 
 // count adds delta to the slot's counts for a claim of key's kind with the
@@ -400,11 +457,12 @@ func (s *slot) noteWaiting(c *claim) {
 	}
 }
 
-// removeClaim forgets a claim and returns the range it released, if any.
-func (n *namespace) removeClaim(key ClaimKey) (released netip.Prefix) {
+// removeClaim forgets a claim and returns what that did to its pool's free
+// space.
+func (n *namespace) removeClaim(key ClaimKey) change {
 	c := n.claims[key]
 	if c == nil {
-		return netip.Prefix{}
+		return change{}
 	}
 	delete(n.claims, key)
 	s := n.slots[c.pool]
@@ -413,20 +471,29 @@ func (n *namespace) removeClaim(key ClaimKey) (released netip.Prefix) {
 	s.count(key, c.reason, -1)
 	delete(s.waiting, key)
 	delete(s.requests, key)
-	if c.placed {
-		n.release(s, c, c.holds())
-		released = c.holds()
-	}
+	_, collided := s.collisions[key]
+	rebuild := c.outside || collided
+	ch := change{released: n.releaseAll(s, c)}
 	n.unplace(s, c)
-	n.replaceCollisions(s)
+	if rebuild && s.space != nil {
+		// What it kept from others was not (only) its placed ranges.
+		n.buildSpace(s)
+		ch.rebuilt = true
+	}
+	if len(ch.released) > 0 {
+		s.sweep = true
+		n.replaceCollisions(s)
+	}
 	n.dropIfEmpty(s)
-	return released
+	return ch
 }
 
-// indexClaim adds (or removes) a claim's ranges in its slot's index.
+// indexClaim adds (or removes) a claim's ranges in its slot's index: what
+// it asks for, what the API shows it holding and what it is being granted.
 func (n *namespace) indexClaim(s *slot, c *claim, add bool) {
-	for _, p := range []netip.Prefix{c.requested, c.holds()} {
-		if !p.IsValid() {
+	ranges := [3]netip.Prefix{c.requested, c.held, c.assumed}
+	for i, p := range ranges {
+		if !p.IsValid() || slices.Contains(ranges[:i], p) {
 			continue
 		}
 		if add {
@@ -437,58 +504,103 @@ func (n *namespace) indexClaim(s *slot, c *claim, add bool) {
 	}
 }
 
-// place puts a claim's held range into its pool's map. A range outside the
-// served range is marked outside; one that collides with another held range
-// is left unplaced (reported, and retried when space is released); one on a
-// reserved range (a pool edit raced its grant) is carved out of the reserved
-// space by rebuilding the map around it.
-func (n *namespace) place(s *slot, c *claim) {
-	h := c.holds()
-	if c.placed || s.space == nil || !h.IsValid() {
-		return
+// refit brings the pool's map in line with c's footprint after c's facts
+// changed, and returns what that did to the free space.
+func (n *namespace) refit(s *slot, c *claim) change {
+	_, collided := s.collisions[c.key]
+	if slices.Equal(c.footprint(), c.placed) && !c.outside && !collided {
+		return change{}
 	}
-	if !statuscalc.Contains(s.serving, h) {
-		c.outside = true
-		s.outside[c.key] = struct{}{}
-		return
+	before := slices.Clone(c.placed)
+	n.releaseAll(s, c)
+	n.unplace(s, c)
+	var ch change
+	if c.outside || collided {
+		// unplace cleared the flags; what it kept from others was not (only)
+		// its placed ranges.
+		if s.space != nil {
+			n.buildSpace(s)
+			ch.rebuilt = true
+		}
+	} else {
+		n.place(s, c)
 	}
-	if s.space.Claim(h) == nil {
-		c.placed = true
-		return
+	for _, p := range before {
+		if !slices.Contains(c.placed, p) {
+			ch.released = append(ch.released, p)
+		}
 	}
-	if n.placedOverlapping(s, c, h) != nil {
-		s.collisions[c.key] = struct{}{}
-		return
+	if len(ch.released) > 0 {
+		s.sweep = true
+		n.replaceCollisions(s)
 	}
-	n.buildSpace(s)
+	return ch
 }
 
-// unplace clears what place recorded of c (its range is released already).
+// place puts a claim's footprint into its pool's map. A range outside the
+// served range is marked outside and not placed; anything else that does
+// not simply fit (a collision with another held range, a reserved range, a
+// range that covers the served range) is placed by building the map around
+// it, which keeps every held range from other claims.
+func (n *namespace) place(s *slot, c *claim) {
+	if len(c.placed) > 0 || s.space == nil {
+		return
+	}
+	fp := c.footprint()
+	for _, p := range fp {
+		if !statuscalc.Contains(s.serving, p) && p.Overlaps(s.serving) {
+			n.buildSpace(s) // it covers the served range: nothing of it is free
+			return
+		}
+	}
+	var got []netip.Prefix
+	for _, p := range fp {
+		if !statuscalc.Contains(s.serving, p) {
+			c.outside = true
+			s.outside[c.key] = struct{}{}
+			continue
+		}
+		if s.space.Claim(p) != nil {
+			n.buildSpace(s)
+			return
+		}
+		got = append(got, p)
+	}
+	c.placed = got
+}
+
+// unplace clears what place recorded of c (its ranges are released already).
 func (n *namespace) unplace(s *slot, c *claim) {
-	c.placed, c.outside = false, false
+	c.placed, c.outside = nil, false
 	delete(s.collisions, c.key)
 	delete(s.outside, c.key)
 }
 
-// release returns c's placed range p to its pool's free space; the part of
-// p on a reserved range becomes reserved again.
-func (n *namespace) release(s *slot, c *claim, p netip.Prefix) {
-	_ = s.space.Release(p) // placed ranges are held by construction
-	s.sweep = true
-	if !c.outside {
-		return
+// releaseAll returns c's placed ranges to its pool's free space and
+// returns them; the parts on a reserved range become reserved again.
+func (n *namespace) releaseAll(s *slot, c *claim) []netip.Prefix {
+	released := c.placed
+	for _, p := range released {
+		_ = s.space.Release(p) // placed ranges are held by construction
+		if c.outside {
+			for _, r := range intersect(s.pool.reserved, p) {
+				_ = s.space.Reserve(r) // just released: free
+			}
+		}
 	}
-	for _, r := range intersect(s.pool.reserved, p) {
-		_ = s.space.Reserve(r) // just released: free
-	}
+	c.placed = nil
+	return released
 }
 
-// placedOverlapping returns a placed claim other than c whose range
-// overlaps p, or nil.
-func (n *namespace) placedOverlapping(s *slot, c *claim, p netip.Prefix) *claim {
+// holderOverlapping returns a claim other than c whose footprint (what it
+// holds, as the API shows or as being granted) overlaps p, or nil. Every
+// held range is kept from other claims, whether it is placed in the map,
+// collides with another, or lies outside the pool's current rules.
+func (n *namespace) holderOverlapping(s *slot, c *claim, p netip.Prefix) *claim {
 	var found *claim
 	s.index.Overlapping(p, func(e ipspace.Entry[ClaimKey]) bool {
-		if other := n.claims[e.Owner]; other != nil && other != c && other.placed && other.holds().Overlaps(p) {
+		other := n.claims[e.Owner]
+		if other != nil && other != c && slices.Contains(other.footprint(), e.Prefix) {
 			found = other
 			return false
 		}
@@ -508,6 +620,9 @@ func (n *namespace) replaceCollisions(s *slot) {
 	}
 	slices.SortFunc(unplaced, olderClaim)
 	for _, c := range unplaced {
+		if _, still := s.collisions[c.key]; !still {
+			continue // a rebuild placed it
+		}
 		delete(s.collisions, c.key)
 		n.place(s, c)
 	}
@@ -518,8 +633,9 @@ func olderClaim(a, b *claim) int {
 }
 
 // servingRange is the range a slot's pool hands out: spec.cidr for a root
-// pool, the range its parent granted for a child pool; invalid when it
-// serves nothing (no pool, an unparseable spec, a child not granted yet).
+// pool; for a child pool, the part of its parent's grant that the API shows
+// (claim.serves); invalid when it serves nothing (no pool, an unparseable
+// spec, a child not granted yet).
 func (n *namespace) servingRange(s *slot) netip.Prefix {
 	if s.pool == nil || !s.pool.spec.IsValid() {
 		return netip.Prefix{}
@@ -528,7 +644,7 @@ func (n *namespace) servingRange(s *slot) netip.Prefix {
 		return s.pool.spec
 	}
 	if c := n.claims[PoolKey(s.name)]; c != nil {
-		return c.holds()
+		return c.serves()
 	}
 	return netip.Prefix{}
 }
@@ -551,15 +667,21 @@ func (n *namespace) rebuildSpace(s *slot) bool {
 }
 
 // buildSpace builds the slot's free-space map for the range it serves from
-// the claims that hold ranges. Pool rules apply to decisions made after the
-// ledger sees them; a range granted before is never taken away. So a held
-// range outside the served range is marked outside and not placed, and a
-// held range on a reserved range is placed and carved out of the reserved
-// space (both are reported as ClaimsOutside). Held ranges that collide with
-// each other are placed oldest first; the younger are reported.
+// the claims' footprints. Pool rules apply to decisions made after the
+// ledger sees them, and a range granted before is never taken away, so:
+//   - a held range outside the served range is marked outside and not
+//     placed; if it covers the served range (a pool shrunk below it), the
+//     whole served range is kept from other claims;
+//   - a held range on a reserved range is placed and carved out of the
+//     reserved space, and marked outside;
+//   - held ranges that collide (only a bypassed arbiter or a hand-written
+//     status does that) are placed oldest first; the younger are reported
+//     and their ranges kept from other claims too.
+//
+// Both outside cases are reported as ClaimsOutside.
 func (n *namespace) buildSpace(s *slot) {
 	for _, c := range s.claims {
-		c.placed, c.outside = false, false
+		c.placed, c.outside = nil, false
 	}
 	clear(s.collisions)
 	clear(s.outside)
@@ -567,89 +689,117 @@ func (n *namespace) buildSpace(s *slot) {
 	if !s.serving.IsValid() {
 		return
 	}
+	// inside: the claims with ranges to place, and those ranges.
 	var inside []*claim
+	ranges := map[*claim][]netip.Prefix{}
+	var kept []netip.Prefix // parts of the served range kept from claims besides the reserved ranges
 	for _, c := range s.claims {
-		switch h := c.holds(); {
-		case !h.IsValid():
-		case !statuscalc.Contains(s.serving, h):
+		for _, p := range c.footprint() {
+			if statuscalc.Contains(s.serving, p) {
+				ranges[c] = append(ranges[c], p)
+				continue
+			}
 			c.outside = true
 			s.outside[c.key] = struct{}{}
-		default:
+			if p.Overlaps(s.serving) {
+				kept = append(kept, s.serving)
+			}
+		}
+		if len(ranges[c]) > 0 {
 			inside = append(inside, c)
 		}
 	}
 	reserved := s.pool.reserved
-	effective, onReserved := n.carveReserved(s, reserved, inside)
-	space, err := ipspace.NewSpaceHolding(s.serving, effective, heldRanges(inside))
+	all := func(claims []*claim) []netip.Prefix {
+		var out []netip.Prefix
+		for _, c := range claims {
+			out = append(out, ranges[c]...)
+		}
+		return out
+	}
+	space, err := ipspace.NewSpaceHolding(s.serving, keptAround(reserved, kept, all(inside)), all(inside))
 	if err != nil {
-		// Some held ranges collide (only a bypassed arbiter or a
-		// hand-written status does that): the older keeps its range, and
-		// the reserved space is carved for the winners only.
-		var winners []*claim
+		// Some held ranges collide: the older keeps its range.
 		slices.SortFunc(inside, olderClaim)
 		probe := ipspace.NewSpace(s.serving, nil)
+		var winners []*claim
 		for _, c := range inside {
-			if probe.Claim(c.holds()) == nil {
-				winners = append(winners, c)
-			} else {
-				s.collisions[c.key] = struct{}{}
+			var got []netip.Prefix
+			for _, p := range ranges[c] {
+				if probe.Claim(p) != nil {
+					break
+				}
+				got = append(got, p)
 			}
+			if len(got) == len(ranges[c]) {
+				winners = append(winners, c)
+				continue
+			}
+			for _, p := range got {
+				_ = probe.Release(p)
+			}
+			s.collisions[c.key] = struct{}{}
+			kept = append(kept, ranges[c]...)
 		}
 		inside = winners
-		effective, onReserved = n.carveReserved(s, reserved, inside)
-		space, _ = ipspace.NewSpaceHolding(s.serving, effective, heldRanges(inside)) // disjoint by construction
+		space = ipspace.NewSpace(s.serving, keptAround(reserved, kept, all(inside)))
+		for _, c := range inside {
+			for _, p := range ranges[c] {
+				_ = space.Claim(p) // disjoint from each other and from what is kept, by construction
+			}
+		}
 	}
+	resSet := prefixSet(reserved)
 	for _, c := range inside {
-		c.placed = true
-	}
-	for _, c := range onReserved {
-		c.outside = true
-		s.outside[c.key] = struct{}{}
+		c.placed = ranges[c]
+		for _, p := range c.placed {
+			if resSet.OverlapsPrefix(p) {
+				c.outside = true
+				s.outside[c.key] = struct{}{}
+			}
+		}
 	}
 	s.space, s.spaceReserved, s.sweep = space, slices.Clone(reserved), true
 }
 
-// carveReserved returns the reserved ranges minus the held ranges of holders
-// that lie on them, and those holders.
-func (n *namespace) carveReserved(s *slot, reserved []netip.Prefix, holders []*claim) ([]netip.Prefix, []*claim) {
-	if len(reserved) == 0 {
-		return nil, nil
-	}
-	isHolder := make(map[*claim]bool, len(holders))
-	for _, c := range holders {
-		isHolder[c] = true
-	}
-	var on []*claim
-	seen := map[*claim]bool{}
-	for _, r := range reserved {
-		s.index.Overlapping(r, func(e ipspace.Entry[ClaimKey]) bool {
-			if c := n.claims[e.Owner]; c != nil && isHolder[c] && !seen[c] && c.holds().Overlaps(r) {
-				seen[c] = true
-				on = append(on, c)
+// keptAround returns the ranges to keep out of a map: the reserved ranges
+// and the other kept ranges, minus the held ranges placed in it.
+func keptAround(reserved, kept, held []netip.Prefix) []netip.Prefix {
+	if len(kept) == 0 {
+		resSet := prefixSet(reserved)
+		on := false
+		for _, h := range held {
+			if resSet.OverlapsPrefix(h) {
+				on = true
+				break
 			}
-			return true
-		})
-	}
-	if len(on) == 0 {
-		return reserved, nil
+		}
+		if !on {
+			return reserved
+		}
 	}
 	var b netipx.IPSetBuilder
 	for _, r := range reserved {
 		b.AddPrefix(r)
 	}
-	for _, c := range on {
-		b.RemovePrefix(c.holds())
+	for _, k := range kept {
+		b.AddPrefix(k)
+	}
+	for _, h := range held {
+		b.RemovePrefix(h)
 	}
 	set, _ := b.IPSet() // errors only on invalid prefixes
-	return set.Prefixes(), on
+	return set.Prefixes()
 }
 
-func heldRanges(claims []*claim) []netip.Prefix {
-	out := make([]netip.Prefix, len(claims))
-	for i, c := range claims {
-		out[i] = c.holds()
+// prefixSet is the set of addresses of the ranges.
+func prefixSet(ranges []netip.Prefix) *netipx.IPSet {
+	var b netipx.IPSetBuilder
+	for _, r := range ranges {
+		b.AddPrefix(r)
 	}
-	return out
+	set, _ := b.IPSet() // errors only on invalid prefixes
+	return set
 }
 
 // intersect returns the parts of p that lie on any of the ranges.

@@ -54,6 +54,14 @@ func ready(s *ipamv1.Subnet, cidr string) *ipamv1.Subnet {
 	return s
 }
 
+// withStatus returns a child pool as the API shows it once its grant is
+// written.
+func withStatus(p *ipamv1.SubnetPool, cidr string) *ipamv1.SubnetPool {
+	p = p.DeepCopy()
+	p.Status.CIDR = cidr
+	return p
+}
+
 // recorder collects the ledger's events.
 type recorder struct{ events []Event }
 
@@ -252,13 +260,20 @@ func TestChildPools(t *testing.T) {
 	if d := decide(t, l, "in-team"); d.Reason != ipamv1.ReasonPoolNotReady {
 		t.Fatalf("before the grant: %+v", d)
 	}
-	rec.events = nil
 	d := decidePool(t, l, "team")
 	if !d.Ready() || d.CIDR.String() != "10.0.128.0/17" || !d.Assumed {
 		t.Fatalf("child pool: %+v", d)
 	}
+	// The child serves its grant once the API shows it: a Subnet granted
+	// from a grant never written would outlive it after a hand-over.
+	if d := decide(t, l, "in-team"); d.Reason != ipamv1.ReasonPoolNotReady {
+		t.Fatalf("before the grant is written: %+v", d)
+	}
+	rec.events = nil
+	team = withStatus(team, "10.0.128.0/17")
+	l.ApplyPool(team, Updated, nil)
 	if !slices.Contains(rec.woken(), "Subnet/in-team") {
-		t.Error("granting the child did not wake its Subnet")
+		t.Error("the child's written grant did not wake its Subnet")
 	}
 	if d := decide(t, l, "in-team"); d.CIDR.String() != "10.0.128.0/24" {
 		t.Fatalf("Subnet in the child: %+v", d)
@@ -283,7 +298,7 @@ func TestChildPools(t *testing.T) {
 	if d := decidePool(t, l, "low"); !d.Ready() {
 		t.Fatalf("low: %+v", d)
 	}
-	grown := childPool("team", "root", "10.0.0.0/16", 1)
+	grown := withStatus(childPool("team", "root", "10.0.0.0/16", 1), "10.0.128.0/17")
 	l.ApplyPool(grown, Updated, team)
 	d = decidePool(t, l, "team")
 	if d.Ready() || d.CIDR.String() != "10.0.128.0/17" || d.Reason != ipamv1.ReasonOverlaps || d.Winner != "SubnetPool/low" {

@@ -87,8 +87,10 @@ func (l *Ledger) HeldLeftOutside(namespace, pool string, from, to netip.Prefix, 
 	}
 	c := collector{limit: limit, seen: map[ClaimKey]bool{}}
 	for key, cl := range s.claims {
-		if h := cl.holds(); h.IsValid() && statuscalc.Contains(from, h) && !statuscalc.Contains(to, h) {
-			c.add(ipspace.Entry[ClaimKey]{Prefix: h, Owner: key})
+		for _, h := range cl.footprint() {
+			if statuscalc.Contains(from, h) && !statuscalc.Contains(to, h) {
+				c.add(ipspace.Entry[ClaimKey]{Prefix: h, Owner: key})
+			}
 		}
 	}
 	c.sort()
@@ -111,7 +113,7 @@ func (l *Ledger) HeldOverlapping(namespace, pool string, p netip.Prefix, limit i
 	}
 	c := collector{limit: limit, seen: map[ClaimKey]bool{}}
 	s.index.Overlapping(p, func(e ipspace.Entry[ClaimKey]) bool {
-		if cl := n.claims[e.Owner]; cl != nil && cl.holds() == e.Prefix {
+		if cl := n.claims[e.Owner]; cl != nil && slices.Contains(cl.footprint(), e.Prefix) {
 			c.add(e)
 		}
 		return true
@@ -220,30 +222,37 @@ func (l *Ledger) PoolFigures(namespace, name string) (statuscalc.Figures, bool) 
 }
 
 // conflicts lists, in winner order of the losers, the claims of a slot that
-// do not hold their range because another claim does.
+// do not hold their range because another claim does: held ranges that
+// collide, and requests that overlap another claim's held range.
 func (n *namespace) conflicts(s *slot) []statuscalc.Conflict {
-	var losers []*claim
+	keys := make(map[ClaimKey]struct{}, len(s.collisions)+len(s.requests))
 	for key := range s.collisions {
-		losers = append(losers, s.claims[key])
+		keys[key] = struct{}{}
 	}
 	for key := range s.requests {
+		keys[key] = struct{}{}
+	}
+	losers := make([]*claim, 0, len(keys))
+	for key := range keys {
 		losers = append(losers, s.claims[key])
 	}
-	slices.SortFunc(losers, func(a, b *claim) int {
-		return statuscalc.Older(a.statuscalcClaim(""), b.statuscalcClaim(""))
-	})
+	slices.SortFunc(losers, olderClaim)
 	var out []statuscalc.Conflict
 	for _, c := range losers {
-		collided := !c.placed && c.holds().IsValid()
+		_, collided := s.collisions[c.key]
 		r := c.requested
 		if collided {
-			r = c.holds()
+			r = c.footprint()[0]
 		}
 		conflict := statuscalc.Conflict{Loser: c.statuscalcClaim(n.name).Ref, LoserRange: r}
 		s.index.Overlapping(r, func(e ipspace.Entry[ClaimKey]) bool {
-			if w := n.claims[e.Owner]; w != nil && w != c && w.placed && w.holds().Overlaps(r) {
-				conflict.Winner, conflict.WinnerRange = w.statuscalcClaim(n.name).Ref, w.holds()
-				return false
+			if w := n.claims[e.Owner]; w != nil && w != c {
+				for _, q := range w.placed {
+					if q.Overlaps(r) {
+						conflict.Winner, conflict.WinnerRange = w.statuscalcClaim(n.name).Ref, q
+						return false
+					}
+				}
 			}
 			return true
 		})

@@ -105,7 +105,7 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 	figures, _ := r.Ledger.PoolFigures(p.Namespace, p.Name)
 	poolStatusCompute.Observe(time.Since(computeStart).Seconds())
-	readiness := statuscalc.Readiness{Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message}
+	readiness := statuscalc.Readiness{Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message, CIDR: d.CIDR}
 	if d.Ready() {
 		readiness.Status = metav1.ConditionTrue
 	}

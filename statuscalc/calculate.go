@@ -35,11 +35,15 @@ type Figures struct {
 }
 
 // Readiness is the pool's Ready condition, which the reconciler decides
-// (is the range valid, did the parent grant it, is the pool terminating).
+// (is the range valid, did the parent grant it, is the pool terminating),
+// and the range it serves or, a child pool, was granted: status.cidr. A
+// child's figures cover only the part of its grant that the API already
+// shows, so status.cidr is written from here, not from the figures.
 type Readiness struct {
 	Status  metav1.ConditionStatus
 	Reason  string
 	Message string
+	CIDR    netip.Prefix
 }
 
 // Measure fills the figures that come from a pool's free-space map. The map
@@ -263,6 +267,9 @@ func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPo
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
 	set(metav1.Condition{Type: ipamv1.ConditionReady, Status: ready.Status, Reason: ready.Reason, Message: ready.Message})
+	if ready.CIDR.IsValid() {
+		st.CIDR = ready.CIDR.String()
+	}
 
 	if !f.Serving.IsValid() {
 		set(metav1.Condition{Type: ipamv1.ConditionExhausted, Status: metav1.ConditionUnknown, Reason: ready.Reason,
@@ -271,7 +278,6 @@ func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPo
 		return st
 	}
 	u := f.Usage
-	st.CIDR = f.Serving.String()
 	st.Capacity = u.Capacity.String()
 	st.Reserved = u.Reserved.String()
 	st.Allocated = u.Held.String()

@@ -113,7 +113,9 @@ func TestCalculateStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			serving := netip.MustParsePrefix(tt.pool.Spec.CIDR)
-			got := Status(tt.pool, Calculate(serving, tt.pool, tt.subnets, tt.children), available)
+			ready := available
+			ready.CIDR = serving
+			got := Status(tt.pool, Calculate(serving, tt.pool, tt.subnets, tt.children), ready)
 			tt.want.ObservedGeneration = 3
 			if diff := cmp.Diff(tt.want, got, cmpopts.IgnoreFields(ipamv1.SubnetPoolStatus{}, "Conditions")); diff != "" {
 				t.Errorf("status (-want +got):\n%s", diff)
@@ -264,4 +266,16 @@ func findCondition(conds []metav1.Condition, typ string) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
+}
+
+// A child pool whose grant is not written yet serves nothing (its figures
+// are empty) but its status shows the grant, so that the write happens.
+func TestStatusShowsAGrantBeforeItServes(t *testing.T) {
+	p := pool("10.0.1.0/24", nil)
+	ready := available
+	ready.CIDR = netip.MustParsePrefix("10.0.1.0/24")
+	st := Status(p, Figures{}, ready)
+	if st.CIDR != "10.0.1.0/24" || st.Capacity != "" {
+		t.Errorf("status.cidr %q capacity %q", st.CIDR, st.Capacity)
+	}
 }
