@@ -84,6 +84,16 @@ undeploy: ## Remove the operator and its CRDs from the current kubectl context.
 test: tools ## Run every test: unit, integration and end-to-end, with the race detector.
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -count=1 -timeout 40m -tags integration,e2e ./...
 
+# The randomized lifecycle checker at length (make test runs a short one):
+# two replicas, hand-overs and restarts, 20,000 operations by default.
+SOAK_OPS ?= 20000
+SOAK_SEED ?=
+
+.PHONY: soak
+soak: tools ## Run the randomized lifecycle checker for SOAK_OPS operations (~30 min at 20000); SOAK_SEED=N replays one.
+	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -count=1 -timeout 120m -tags integration ./test/lifecycle -run TestLifecycle -v \
+		-lifecycle.ops=$(SOAK_OPS) $(if $(SOAK_SEED),-lifecycle.seed=$(SOAK_SEED)) | tee $(LOCALBIN)/soak.log
+
 .PHONY: bench
 bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc, webhook handler), then the load run (make load); see docs/benchmarks.md.
 	go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./ipspace/... ./statuscalc/... ./webhooks/... | tee $(LOCALBIN)/bench.txt

@@ -9,12 +9,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,37 +95,12 @@ func eventually(t *testing.T, timeout time.Duration, cond func() error) {
 	t.Fatalf("not within %s: %v", timeout, err)
 }
 
-// leader returns the replica whose log says it holds the lease last.
+// leader returns the replica that holds the lease.
 func leader(t *testing.T) *environment.Manager {
 	t.Helper()
-	var found *environment.Manager
-	eventually(t, 30*time.Second, func() error {
-		found = nil
-		for _, m := range env.Managers {
-			if m.Process == nil {
-				continue
-			}
-			select {
-			case <-m.Process.Exited():
-				continue
-			default:
-			}
-			data, err := os.ReadFile(filepath.Join(env.LogDir(), m.Name+".log"))
-			if err != nil {
-				return err
-			}
-			// A restarted replica appends to its log: look at its last run.
-			if i := bytes.LastIndex(data, []byte(`"msg":"Starting manager"`)); i >= 0 {
-				data = data[i:]
-			}
-			if bytes.Contains(data, []byte("Successfully acquired lease")) {
-				found = m
-			}
-		}
-		if found == nil {
-			return fmt.Errorf("no replica holds the lease")
-		}
-		return nil
-	})
-	return found
+	m, err := env.Leader(context.Background(), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -69,6 +70,10 @@ type Manager struct {
 	MetricsPort int
 	ProbePort   int
 	args        []string
+	// logPath is the replica's log; logFrom where its current run starts in
+	// it (a restarted replica appends to it).
+	logPath string
+	logFrom int64
 }
 
 // Start brings up the control plane, installs the operator and starts the
@@ -187,12 +192,70 @@ func (env *Environment) newManager(name string, only bool, webhookPort int) (*Ma
 
 // StartManager starts (or restarts) a replica and waits until it is ready.
 func (env *Environment) StartManager(ctx context.Context, m *Manager) error {
+	m.logPath = filepath.Join(env.LogDir(), m.Name+".log")
+	m.logFrom = 0
+	if info, err := os.Stat(m.logPath); err == nil {
+		m.logFrom = info.Size()
+	}
 	p, err := env.StartProcess(m.Name, env.opts.Manager, m.args, []string{"KUBECONFIG=" + env.Kubeconfig})
 	if err != nil {
 		return err
 	}
 	m.Process = p
 	return m.WaitReady(ctx, 2*time.Minute)
+}
+
+// Log returns what the replica has logged since it was last started.
+func (m *Manager) Log() []byte {
+	f, err := os.Open(m.logPath)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	if _, err := f.Seek(m.logFrom, io.SeekStart); err != nil {
+		return nil
+	}
+	data, _ := io.ReadAll(f)
+	return data
+}
+
+// Running reports whether the replica's process runs.
+func (m *Manager) Running() bool {
+	if m.Process == nil {
+		return false
+	}
+	select {
+	case <-m.Process.Exited():
+		return false
+	default:
+		return true
+	}
+}
+
+// Leader waits, at most timeout, until exactly one running replica has
+// acquired the leader lease in its current run (its log says so), and
+// returns it.
+func (env *Environment) Leader(ctx context.Context, timeout time.Duration) (*Manager, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var holders []*Manager
+		for _, m := range env.Managers {
+			if m.Running() && bytes.Contains(m.Log(), []byte("Successfully acquired lease")) {
+				holders = append(holders, m)
+			}
+		}
+		if len(holders) == 1 {
+			return holders[0], nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d running replicas hold the lease after %s", len(holders), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // WaitReady polls the replica's /readyz.

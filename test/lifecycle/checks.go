@@ -1,0 +1,933 @@
+package lifecycle
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+)
+
+// finding is one violation. Key identifies it, so that a violation that
+// persists (an overlap that lasts, a claim that keeps waiting) is reported
+// once.
+type finding struct {
+	Check  string // S1..S4 (safety, on the history), L1..L4 (liveness, at quiescence), H (the recorder itself)
+	Key    string
+	Detail string
+}
+
+func (f finding) String() string { return f.Check + ": " + f.Detail }
+
+// ---- liveness, at quiescence: L1-L4 on one consistent listing ----
+
+// quiescentReport is what checkQuiescent found.
+type quiescentReport struct {
+	findings []finding
+	checks   int
+	// grandfathered are held claims lying outside their pool's served range
+	// or on its reserved ranges (a pool edit raced a grant), by UID.
+	grandfathered map[types.UID]string
+}
+
+// id identifies a finding about an object: the object (name and UID, so
+// a re-created object is new) and what is wrong.
+func id(o *obj, what string) string { return o.key() + "/" + string(o.UID) + "/" + what }
+
+func (r *quiescentReport) add(check, key, format string, args ...any) {
+	r.findings = append(r.findings, finding{Check: check, Key: check + "/" + key, Detail: fmt.Sprintf(format, args...)})
+}
+
+// checkQuiescent checks a settled system: every object of the test's
+// namespaces, from one listing, after all operations returned.
+func checkQuiescent(objs []obj) quiescentReport {
+	r := quiescentReport{grandfathered: map[types.UID]string{}}
+	worlds := newWorlds(objs)
+	for _, ns := range slices.Sorted(maps.Keys(worlds)) {
+		w := worlds[ns]
+		for _, name := range slices.Sorted(maps.Keys(w.subnets)) {
+			r.checkSubnet(w, w.subnets[name])
+		}
+		for _, name := range slices.Sorted(maps.Keys(w.pools)) {
+			r.checkPool(w, w.pools[name])
+		}
+	}
+	return r
+}
+
+// checkSubnet: L1 (settled) and L2 (its reason is the model's).
+func (r *quiescentReport) checkSubnet(w *world, s *obj) {
+	r.checks++
+	ready := s.ready()
+	switch {
+	case ready == nil:
+		r.add("L1", id(s, "no-ready"), "Subnet has no Ready condition: %s", s)
+		return
+	case s.ObservedGeneration != s.Generation || ready.ObservedGeneration != s.Generation:
+		r.add("L1", id(s, "generation"), "Subnet status is not for its generation: %s", s)
+	case ready.Reason == ipamv1.ReasonPending:
+		r.add("L1", id(s, "pending"), "Subnet is still Pending: %s", s)
+	case s.Deleting:
+		r.add("L1", id(s, "deleting"), "Subnet has a deletionTimestamp: %s", s)
+	}
+	if ready.Status == metav1.ConditionTrue {
+		return
+	}
+	justified, fit := subnetReasons(w, s)
+	why, ok := justified[ready.Reason]
+	switch {
+	case len(justified) == 0:
+		r.add("L2", id(s, "fits/"+ready.Reason), "Subnet waits (%s) while it fits (%s): %s", ready.Reason, fit, s)
+	case !ok:
+		r.add("L2", id(s, "reason/"+ready.Reason), "Subnet reason %s is not justified; the model says %s: %s", ready.Reason, describeReasons(justified), s)
+	case ready.Reason == ipamv1.ReasonOverlaps && !namesOneOf(ready.Message, w.namespace, why):
+		r.add("L2", id(s, "message"), "Subnet reason Overlaps names none of the claims that hold an overlapping range (%s): %s", keys(why), s)
+	}
+}
+
+// subnetReasons are the reasons a non-Ready Subnet may show, with the
+// claims that justify Overlaps; none means it must be Ready. fit says why
+// it fits, for the report.
+func subnetReasons(w *world, s *obj) (map[string][]*obj, string) {
+	served, p, why := w.serving(s.Ref)
+	if why != "" {
+		return map[string][]*obj{why: nil}, ""
+	}
+	out := map[string][]*obj{}
+	holders := w.holders(s.Ref, s.key())
+	if s.CIDR != "" {
+		x := s.requested()
+		if !inside(served, x) || overlapsAny(x, p.reserved()) || !lengthFits(p, served, x.Bits()) {
+			out[ipamv1.ReasonOutOfRange] = nil
+		}
+		if hs := overlappingHolders(holders, x); len(hs) > 0 {
+			out[ipamv1.ReasonOverlaps] = hs
+		}
+		return out, fmt.Sprintf("%s lies inside %s %s, off reserved %v, in bounds, and overlaps no held range", x, p.key(), served, p.Reserved)
+	}
+	length := s.PrefixLength
+	if length == nil {
+		length = p.Default
+	}
+	if length == nil {
+		return map[string][]*obj{ipamv1.ReasonInvalidSpec: nil}, ""
+	}
+	if !lengthFits(p, served, int(*length)) {
+		return map[string][]*obj{ipamv1.ReasonOutOfRange: nil}, ""
+	}
+	free := freeBlocks(served, p.reserved(), heldRanges(holders))
+	if !hasBlock(free, int(*length)) {
+		out[ipamv1.ReasonPoolExhausted] = nil
+	}
+	return out, fmt.Sprintf("/%d is in bounds and %s has free blocks %v", *length, p.key(), free)
+}
+
+func describeReasons(m map[string][]*obj) string {
+	return "one of " + strings.Join(slices.Sorted(maps.Keys(m)), ", ")
+}
+
+// namesOneOf reports whether a message names one of the claims as
+// "<namespace>/<name>".
+func namesOneOf(message, namespace string, claims []*obj) bool {
+	for _, c := range claims {
+		if strings.Contains(message, namespace+"/"+c.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+var claimsOutsideCount = regexp.MustCompile(`(\d+) claims? lies? outside`)
+
+// checkPool: L1 (deletion waits only for users), L3 (status is the model's
+// recomputation) and L4 (Ready reason is the model's).
+func (r *quiescentReport) checkPool(w *world, p *obj) {
+	r.checks++
+	users := len(w.claims[p.Name])
+	if p.Deleting && users == 0 {
+		r.add("L1", id(p, "deleting"), "pool is still being deleted though nothing uses it: %s", p)
+	}
+	r.checkFigures(w, p)
+
+	ready := p.ready()
+	if ready == nil {
+		r.add("L4", id(p, "no-ready"), "pool has no Ready condition: %s", p)
+		return
+	}
+	justified, outsideCounts, fits := poolReasons(w, p)
+	for _, c := range w.outsideClaims(p, p.servedRange()) {
+		r.grandfathered[c.UID] = fmt.Sprintf("%s in %s (%s)", c.key(), p.key(), p.servedRange())
+	}
+	if fits != "" {
+		r.add("L4", id(p, "fits"), "child pool has not been granted spec.cidr though it fits (%s): %s", fits, p)
+	}
+	switch {
+	case len(justified) == 0:
+		if ready.Status != metav1.ConditionTrue || ready.Reason != ipamv1.ReasonAvailable {
+			r.add("L4", id(p, "reason/"+ready.Reason), "pool is not Ready/Available (%s) but the model finds nothing wrong: %s", ready.Reason, p)
+		}
+	case ready.Status == metav1.ConditionTrue:
+		r.add("L4", id(p, "unreported/"+strings.Join(slices.Sorted(maps.Keys(justified)), ",")), "pool is Ready but the model says %s: %s", describeJustified(justified), p)
+	default:
+		why, ok := justified[ready.Reason]
+		if !ok {
+			r.add("L4", id(p, "reason/"+ready.Reason), "pool reason %s is not justified; the model says %s: %s", ready.Reason, describeJustified(justified), p)
+			return
+		}
+		if ready.Reason == ipamv1.ReasonClaimsOutside {
+			m := claimsOutsideCount.FindStringSubmatch(ready.Message)
+			n := -1
+			if m != nil {
+				n, _ = strconv.Atoi(m[1])
+			}
+			if !slices.Contains(outsideCounts, n) {
+				r.add("L4", id(p, "count"), "pool reports ClaimsOutside with a message without the model's count %v (\"N claims lie outside\"; %s): %s", outsideCounts, why, p)
+			}
+		}
+	}
+}
+
+func describeJustified(m map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+" ("+m[k]+")")
+	}
+	return "one of " + strings.Join(parts, "; ")
+}
+
+// poolReasons are the False reasons a pool may show, each with why; none
+// means it must be Ready/Available. outsideCounts are the claim counts a
+// ClaimsOutside message may give. fits is set (to why) for a child pool
+// whose requested change fits but is not granted.
+func poolReasons(w *world, p *obj) (justified map[string]string, outsideCounts []int, fits string) {
+	if p.Deleting {
+		return map[string]string{ipamv1.ReasonTerminating: "being deleted"}, nil, ""
+	}
+	justified = map[string]string{}
+	served := p.servedRange()
+	// (b) Claims it holds outside its served range or on its reserved
+	// ranges, possible only when a pool edit raced a grant: they keep
+	// their ranges and the pool says so.
+	if out := w.outsideClaims(p, served); len(out) > 0 {
+		justified[ipamv1.ReasonClaimsOutside] = fmt.Sprintf("%d held claims lie outside %s or on reserved %v: %s", len(out), served, p.Reserved, keys(out))
+		outsideCounts = append(outsideCounts, len(out))
+	}
+	if p.Ref == "" {
+		return justified, outsideCounts, ""
+	}
+	if w.cycle(p.Name) {
+		justified[ipamv1.ReasonCycle] = "parentRef chain loops"
+	}
+	parentServed, parent, why := w.serving(p.Ref)
+	if why != "" {
+		justified[why] = "parent " + p.Ref
+		return justified, outsideCounts, ""
+	}
+	x, held := p.requested(), p.held()
+	if x == held {
+		return justified, outsideCounts, ""
+	}
+	// The child asks for a range it does not hold (new, grown or shrunk).
+	changeOK := true
+	if !inside(parentServed, x) || overlapsAny(x, parent.reserved()) {
+		justified[ipamv1.ReasonOutOfRange] = fmt.Sprintf("%s not inside %s %s or on its reserved %v", x, parent.key(), parentServed, parent.Reserved)
+		changeOK = false
+	}
+	if hs := overlappingHolders(w.holders(p.Ref, p.key()), x); len(hs) > 0 {
+		justified[ipamv1.ReasonOverlaps] = fmt.Sprintf("%s overlaps %s", x, keys(hs))
+		changeOK = false
+	}
+	if held.IsValid() {
+		var out []*obj
+		for _, c := range w.holders(p.Name, "") {
+			if !inside(x, c.held()) {
+				out = append(out, c)
+			}
+		}
+		if len(out) > 0 {
+			// (a) It keeps serving status.cidr.
+			justified[ipamv1.ReasonClaimsOutside] = fmt.Sprintf("%d held claims lie outside the new %s: %s", len(out), x, keys(out))
+			outsideCounts = append(outsideCounts, len(out))
+			changeOK = false
+		}
+	}
+	if changeOK {
+		fits = fmt.Sprintf("%s lies inside %s %s, off its reserved, overlaps no other held range, and holds the child's claims", x, parent.key(), parentServed)
+	}
+	return justified, outsideCounts, fits
+}
+
+// checkFigures: L3, a pool's status against the model's recomputation.
+func (r *quiescentReport) checkFigures(w *world, p *obj) {
+	st := p.Figures
+	subnets, children := 0, 0
+	for _, c := range w.claims[p.Name] {
+		if c.Kind == kindSubnet {
+			subnets++
+		} else {
+			children++
+		}
+	}
+	var diffs, fields []string
+	diff := func(field string, got, want any) {
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			diffs = append(diffs, fmt.Sprintf("%s=%v, want %v", field, got, want))
+			fields = append(fields, field)
+		}
+	}
+	diff("observedGeneration", p.ObservedGeneration, p.Generation)
+	diff("subnets", st.Subnets, subnets)
+	diff("childPools", st.ChildPools, children)
+	served := parsePrefix(p.StatusCIDR)
+	if p.Ref == "" {
+		diff("cidr", p.StatusCIDR, p.CIDR)
+	}
+	if served.IsValid() {
+		holders := w.holders(p.Name, "")
+		f := computeFigures(served, p.reserved(), heldRanges(holders), p.Default, p.Max)
+		diff("capacity", st.Capacity, f.Capacity)
+		diff("reserved", st.Reserved, f.Reserved)
+		diff("allocated", st.Allocated, f.Allocated)
+		diff("free", st.Free, f.Free)
+		diff("utilization", st.Utilization, f.Utilization)
+		diff("largestFreeBlock", st.LargestFreeBlock, f.LargestFreeBlock)
+		diff("allocatableBlocks", st.AllocatableBlocks, f.AllocatableBlocks)
+		exhausted := conditionStatus(p, ipamv1.ConditionExhausted)
+		diff(fmt.Sprintf("Exhausted(/%d)", f.ExhaustionLength), exhausted, boolStatus(f.Exhausted))
+
+		losers := overlapLosers(w, p)
+		overlapping := conditionStatus(p, ipamv1.ConditionOverlapping)
+		diff("Overlapping", overlapping, boolStatus(len(losers) > 0))
+		if c := findCondition(p, ipamv1.ConditionOverlapping); len(losers) > 0 && c != nil && c.Status == metav1.ConditionTrue &&
+			!strings.HasPrefix(c.Message, fmt.Sprintf("%d claims lose to overlapping claims", len(losers))) {
+			diffs = append(diffs, fmt.Sprintf("Overlapping message %q, want it to start with \"%d claims lose to overlapping claims\" (%s)", c.Message, len(losers), keys(losers)))
+			fields = append(fields, "Overlapping.message")
+		}
+		if len(diffs) > 0 {
+			diffs = append(diffs, fmt.Sprintf("(held: %s)", keys(holders)))
+		}
+	}
+	if len(diffs) > 0 {
+		r.add("L3", id(p, strings.Join(fields, ",")), "pool status differs from the model: %s: %s", strings.Join(diffs, "; "), p)
+	}
+}
+
+// overlapLosers are the claims of a pool that lose to overlapping claims:
+// explicit Subnets that are not Ready and whose spec.cidr overlaps a held
+// range; and child pools asking for a spec.cidr other than the one they
+// hold that overlaps another claim's held range. (A request that is also
+// out of range counts: it overlaps a claim that holds its range.)
+func overlapLosers(w *world, p *obj) []*obj {
+	var out []*obj
+	for _, c := range w.claims[p.Name] {
+		x := c.requested()
+		switch {
+		case !x.IsValid():
+		case c.Kind == kindSubnet && c.isReady():
+		case c.Kind == kindPool && x == c.held():
+		default:
+			if len(overlappingHolders(w.holders(p.Name, c.key()), x)) > 0 {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func findCondition(o *obj, typ string) *metav1.Condition {
+	for i := range o.Conditions {
+		if o.Conditions[i].Type == typ {
+			return &o.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func conditionStatus(o *obj, typ string) metav1.ConditionStatus {
+	if c := findCondition(o, typ); c != nil {
+		return c.Status
+	}
+	return "<none>"
+}
+
+func boolStatus(b bool) metav1.ConditionStatus {
+	if b {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
+}
+
+// ---- safety, at every revision: S1-S3 on the merged history ----
+
+// event is one watch event (or, after a watch expired, a change found by
+// re-listing). Obj.RV is the store revision it happened at.
+type event struct {
+	Type     string // ADDED, MODIFIED, DELETED
+	Obj      obj
+	Received time.Time
+	// Relisted: synthesised from a listing after the watch expired; the
+	// revisions since the last event of its kind were not seen one by one.
+	Relisted bool
+}
+
+// gap is a span of revisions (From, To) of one kind that the recorder did
+// not see event by event (a watch expired at From and was re-listed at To).
+type gap struct {
+	Kind     string
+	From, To uint64
+}
+
+// timeline is every version of one object (one UID), in RV order, with
+// when the recorder received each.
+type timeline struct {
+	versions []*obj
+	received []time.Time
+	deleted  uint64 // RV of its deletion; 0 while it exists
+	// readyAt and readyCIDR: when a Subnet first became Ready, with what.
+	readyAt   uint64
+	readyCIDR netip.Prefix
+	// specs are the spec.cidr values a pool has had, statusSet whether
+	// its status.cidr was ever set.
+	specs     []string
+	statusSet bool
+}
+
+// at returns the version in effect at revision rv, or nil if the object
+// did not exist then.
+func (t *timeline) at(rv uint64) *obj {
+	if len(t.versions) == 0 || t.versions[0].RV > rv || (t.deleted != 0 && t.deleted <= rv) {
+		return nil
+	}
+	i, _ := slices.BinarySearchFunc(t.versions, rv, func(v *obj, rv uint64) int { return cmp.Compare(v.RV, rv+1) })
+	return t.versions[i-1]
+}
+
+// deleteMark is a deletion seen in a namespace, for S4's "in flight" rule.
+type deleteMark struct {
+	kind     string
+	rv       uint64
+	received time.Time
+}
+
+// replayer replays the merged history in RV order and checks S1-S3 after
+// every event.
+type replayer struct {
+	current   map[string]*obj // by key
+	timelines map[types.UID]*timeline
+	// claims holds the current claims of each "namespace/pool", by key.
+	claims map[string]map[string]*obj
+	// claimUIDs lists every claim (UID) that ever referenced a
+	// "namespace/pool"; poolVersions every version of each "namespace/name"
+	// pool, across re-creations.
+	claimUIDs    map[string][]types.UID
+	poolVersions map[string][]*obj
+	deletes      map[string][]deleteMark
+
+	gaps     []gap
+	inGap    bool
+	lastRV   uint64
+	reported map[string]bool
+	findings []finding
+
+	events, s1Checks, s1Skipped, s2Checks, s3Checks int
+}
+
+func newReplayer() *replayer {
+	return &replayer{
+		current: map[string]*obj{}, timelines: map[types.UID]*timeline{}, claims: map[string]map[string]*obj{},
+		claimUIDs: map[string][]types.UID{}, poolVersions: map[string][]*obj{}, deletes: map[string][]deleteMark{},
+		reported: map[string]bool{},
+	}
+}
+
+func (r *replayer) add(check, key, format string, args ...any) {
+	key = check + "/" + key
+	if r.reported[key] {
+		return
+	}
+	r.reported[key] = true
+	r.findings = append(r.findings, finding{Check: check, Key: key, Detail: fmt.Sprintf(format, args...)})
+}
+
+// noteGap records revisions the recorder did not see one by one: S1 is not
+// checked inside them (a state there is a guess), and the whole state is
+// checked once the gap closes.
+func (r *replayer) noteGap(g gap) { r.gaps = append(r.gaps, g) }
+
+func (r *replayer) gapCovers(rv uint64) bool {
+	for _, g := range r.gaps {
+		if rv > g.From && rv < g.To {
+			return true
+		}
+	}
+	return false
+}
+
+// apply replays one event.
+func (r *replayer) apply(ev event) {
+	v := ev.Obj
+	r.events++
+	if v.RV < r.lastRV {
+		r.add("H", fmt.Sprintf("order/%d", v.RV), "event out of order: rv %d after %d: %s", v.RV, r.lastRV, &v)
+	}
+	r.lastRV = max(r.lastRV, v.RV)
+	inGap := r.gapCovers(v.RV)
+	if r.inGap && !inGap {
+		r.checkAllOverlaps() // the gap closed: check what it hid
+	}
+	r.inGap = inGap
+
+	k := v.key()
+	old := r.current[k]
+	if old != nil && old.UID != v.UID {
+		// Replaced without a deletion seen (only across a gap).
+		r.remove(old, v.RV)
+		old = nil
+	}
+	tl := r.timelines[v.UID]
+	if tl == nil {
+		tl = &timeline{}
+		r.timelines[v.UID] = tl
+		if v.isClaim() {
+			ref := v.Namespace + "/" + v.Ref
+			r.claimUIDs[ref] = append(r.claimUIDs[ref], v.UID)
+		}
+	}
+	tl.versions = append(tl.versions, &v)
+	tl.received = append(tl.received, ev.Received)
+	if v.Kind == kindPool {
+		pk := v.Namespace + "/" + v.Name
+		r.poolVersions[pk] = append(r.poolVersions[pk], &v)
+	}
+	r.checkNeverRevoked(tl, &v)
+
+	if ev.Type == "DELETED" {
+		r.remove(&v, v.RV)
+		r.deletes[v.Namespace] = append(r.deletes[v.Namespace], deleteMark{kind: v.Kind, rv: v.RV, received: ev.Received})
+		return
+	}
+	r.current[k] = &v
+	if v.isClaim() {
+		ref := v.Namespace + "/" + v.Ref
+		if old != nil && old.Ref != v.Ref {
+			delete(r.claims[old.Namespace+"/"+old.Ref], k)
+		}
+		if r.claims[ref] == nil {
+			r.claims[ref] = map[string]*obj{}
+		}
+		r.claims[ref][k] = &v
+		if h := v.held(); h.IsValid() && (old == nil || old.held() != h) {
+			if inGap {
+				r.s1Skipped++
+			} else {
+				r.checkOverlaps(&v)
+			}
+		}
+	}
+}
+
+func (r *replayer) remove(v *obj, rv uint64) {
+	delete(r.current, v.key())
+	if v.isClaim() {
+		delete(r.claims[v.Namespace+"/"+v.Ref], v.key())
+	}
+	if tl := r.timelines[v.UID]; tl != nil && tl.deleted == 0 {
+		tl.deleted = rv
+	}
+}
+
+// checkOverlaps is S1 for a claim whose held range just appeared: it must
+// not overlap the held range of another direct claim of the same pool.
+func (r *replayer) checkOverlaps(v *obj) {
+	r.s1Checks++
+	h := v.held()
+	for _, other := range r.claims[v.Namespace+"/"+v.Ref] {
+		if other.key() == v.key() || !other.held().Overlaps(h) {
+			continue
+		}
+		a, b := v, other
+		if b.UID < a.UID {
+			a, b = b, a
+		}
+		r.add("S1", fmt.Sprintf("%s/%s/%s/%s", a.UID, a.held(), b.UID, b.held()),
+			"at rv %d two claims of pool %s/%s hold overlapping ranges: %s holds %s and %s holds %s\n\t%s\n\t%s",
+			v.RV, v.Namespace, v.Ref, a.key(), a.held(), b.key(), b.held(), a, b)
+	}
+}
+
+// checkAllOverlaps is S1 over the whole current state.
+func (r *replayer) checkAllOverlaps() {
+	for _, ref := range slices.Sorted(maps.Keys(r.claims)) {
+		cs := r.claims[ref]
+		for _, k := range slices.Sorted(maps.Keys(cs)) {
+			if cs[k].held().IsValid() {
+				r.checkOverlaps(cs[k])
+			}
+		}
+	}
+}
+
+// checkNeverRevoked is S2 (a Subnet once Ready with X stays Ready with X
+// until deleted; a pool's granted status.cidr is never withdrawn, and only
+// ever becomes a spec.cidr the pool asked for) and, at a Subnet's first
+// Ready version, S3.
+func (r *replayer) checkNeverRevoked(tl *timeline, v *obj) {
+	r.s2Checks++
+	if v.Kind == kindPool {
+		if !slices.Contains(tl.specs, v.CIDR) {
+			tl.specs = append(tl.specs, v.CIDR)
+		}
+		switch {
+		case v.StatusCIDR == "" && tl.statusSet:
+			r.add("S2", string(v.UID)+"/cleared", "pool's granted range was withdrawn (status.cidr cleared) at rv %d: %s", v.RV, v)
+		case v.StatusCIDR != "" && !slices.Contains(tl.specs, v.StatusCIDR):
+			r.add("S2", string(v.UID)+"/"+v.StatusCIDR, "pool serves %s at rv %d, a range it never asked for (spec.cidr so far: %v): %s", v.StatusCIDR, v.RV, tl.specs, v)
+		}
+		tl.statusSet = tl.statusSet || v.StatusCIDR != ""
+		return
+	}
+	if tl.readyAt != 0 {
+		if !v.isReady() || v.held() != tl.readyCIDR {
+			r.add("S2", string(v.UID), "Subnet Ready with %s since rv %d lost or changed it at rv %d: %s", tl.readyCIDR, tl.readyAt, v.RV, v)
+		}
+		return
+	}
+	if !v.isReady() {
+		return
+	}
+	tl.readyAt, tl.readyCIDR = v.RV, v.held()
+	r.checkGrant(v)
+}
+
+// checkGrant is S3: what a Subnet holds when it first becomes Ready. An
+// explicit claim holds exactly spec.cidr; a dynamic one a block of its
+// spec.prefixLength, or of a defaultPrefixLength its pool had. Either must
+// lie inside a range its pool served at some revision up to the grant (the
+// arbiter may have decided on a slightly older view of the pool, so not
+// necessarily the range served at the grant).
+func (r *replayer) checkGrant(v *obj) {
+	r.s3Checks++
+	h := v.held()
+	switch {
+	case !h.IsValid():
+		r.add("S3", string(v.UID), "Subnet is Ready without a valid status.cidr at rv %d: %s", v.RV, v)
+		return
+	case v.CIDR != "" && h != v.requested():
+		r.add("S3", string(v.UID), "explicit Subnet holds %s, not its spec.cidr, at rv %d: %s", h, v.RV, v)
+	case v.PrefixLength != nil && h.Bits() != int(*v.PrefixLength):
+		r.add("S3", string(v.UID), "dynamic Subnet holds %s, not a /%d, at rv %d: %s", h, *v.PrefixLength, v.RV, v)
+	}
+	var defaults []int
+	var servedRanges []string
+	last, within := "", false
+	for _, p := range r.poolVersions[v.Namespace+"/"+v.Ref] {
+		if p.RV > v.RV {
+			break
+		}
+		if p.Default != nil {
+			defaults = append(defaults, int(*p.Default))
+		}
+		within = within || inside(p.servedRange(), h)
+		served := "none"
+		if p.servedRange().IsValid() {
+			served = p.servedRange().String()
+		}
+		if served != last { // the changes only
+			servedRanges = append(servedRanges, fmt.Sprintf("rv %d: %s", p.RV, served))
+			last = served
+		}
+	}
+	if !within {
+		r.add("S3", string(v.UID)+"/outside", "Subnet holds %s at rv %d, inside no range its pool %s/%s served at or before that revision (%s): %s",
+			h, v.RV, v.Namespace, v.Ref, strings.Join(servedRanges, ", "), v)
+	}
+	if v.CIDR == "" && v.PrefixLength == nil && !slices.Contains(defaults, h.Bits()) {
+		r.add("S3", string(v.UID)+"/default", "Subnet without prefixLength holds %s at rv %d, not of a defaultPrefixLength its pool had (%v): %s", h, v.RV, defaults, v)
+	}
+}
+
+// stateAt returns the objects of a kind that existed at revision rv, by
+// key, from the timelines: what a listing at rv must show.
+func (r *replayer) stateAt(kind string, rv uint64) map[string]*obj {
+	out := map[string]*obj{}
+	for _, tl := range r.timelines {
+		if v := tl.at(rv); v != nil && v.Kind == kind {
+			out[v.key()] = v
+		}
+	}
+	return out
+}
+
+// ---- invariant 2: S4, admission of explicit creates ----
+
+// outcome of an operation.
+type outcome string
+
+const (
+	outcomeCreated  outcome = "created"
+	outcomeUpdated  outcome = "updated"
+	outcomeDeleted  outcome = "deleted"
+	outcomeRejected outcome = "rejected"
+	outcomeNotFound outcome = "not-found"
+	outcomeFailed   outcome = "failed"
+	outcomeDone     outcome = "done" // faults: a restart or hand-over completed
+)
+
+// opRecord is one request in the operation log (a burst or a
+// delete-and-recreate is several, sharing Group).
+type opRecord struct {
+	ID    int
+	Group int
+	Op    string // the generator's operation kind
+	Verb  string // create, patch, delete, or a fault
+	Kind  string
+	// Namespace and Name of the object; empty for faults.
+	Namespace, Name string
+	Start, End      time.Time
+
+	Outcome outcome
+	// Reason is the API status reason of a rejection or failure (Invalid,
+	// Forbidden, AlreadyExists, ...); Message its message.
+	Reason, Message string
+	RV              uint64
+	UID             types.UID
+	// Ambiguous: an earlier attempt failed in a way that may have landed
+	// (a timeout); the outcome may be that attempt's.
+	Ambiguous bool
+	Attempts  int
+
+	// What was asked: Ref (poolRef/parentRef), CIDR, PrefixLength.
+	Ref          string
+	CIDR         string
+	PrefixLength *int32
+}
+
+func (o *opRecord) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "op#%d(%s) %s %s %s/%s", o.ID, o.Op, o.Verb, o.Kind, o.Namespace, o.Name)
+	if o.Ref != "" {
+		fmt.Fprintf(&b, " ref=%s", o.Ref)
+	}
+	if o.CIDR != "" {
+		fmt.Fprintf(&b, " cidr=%s", o.CIDR)
+	}
+	if o.PrefixLength != nil {
+		fmt.Fprintf(&b, " prefixLength=%d", *o.PrefixLength)
+	}
+	fmt.Fprintf(&b, " [%s +%s] -> %s", o.Start.Format("15:04:05.000"), o.End.Sub(o.Start).Round(time.Millisecond), o.Outcome)
+	if o.Reason != "" {
+		fmt.Fprintf(&b, " %s", o.Reason)
+	}
+	if o.RV != 0 {
+		fmt.Fprintf(&b, " rv=%d uid=%s", o.RV, shortUID(o.UID))
+	}
+	if o.Ambiguous {
+		b.WriteString(" (ambiguous)")
+	}
+	if o.Message != "" && o.Outcome != outcomeCreated {
+		msg := o.Message
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		fmt.Fprintf(&b, " %q", msg)
+	}
+	return b.String()
+}
+
+func (o *opRecord) explicitSubnetCreate() bool {
+	return o.Verb == "create" && o.Kind == kindSubnet && o.CIDR != ""
+}
+
+// admission settings. An admission slower than the webhook's freshness
+// timeout may have decided on a stale view, by design. The webhook's
+// freshness check may also be fooled by its informer's object count when a
+// create and a delete of one kind in the namespace are both still
+// undelivered to it (the design accepts this); lagBound is how far behind
+// the recorder's own watch a replica's informer is assumed to be at most.
+const (
+	freshnessTimeout = 2 * time.Second
+	lagBound         = 250 * time.Millisecond
+)
+
+// admissionChecker checks S4 over the operation log as it grows.
+type admissionChecker struct {
+	checked, pairsSkipped int
+	skipped               map[string]int
+	explicit              map[string][]*opRecord // successful explicit creates by "namespace/pool"
+}
+
+func newAdmissionChecker() *admissionChecker {
+	return &admissionChecker{skipped: map[string]int{}, explicit: map[string][]*opRecord{}}
+}
+
+// check applies S4 to the explicit Subnet creates among ops[from:]; ops
+// holds the whole log so far (every op of ops[from:] has returned, and the
+// history r has been replayed past all of them).
+//
+// S4a: C2 started after C1 (same namespace and pool, overlapping spec.cidr)
+// returned success, and C1 still existed when C2 was created: C2 must
+// have been rejected. S4b: at the revision R of the last operation that
+// returned before C2 started, some claim of the pool held or requested an
+// overlapping range and kept doing so until C2 was created: C2 must have
+// been rejected.
+//
+// Sound only where the design promises it. C2 is skipped (and counted)
+// when another operation on its namespace ran at the same time, when it
+// took longer than the freshness timeout, and when its own outcome is
+// ambiguous. A pair is skipped when the webhook's informer may have missed
+// both the claim (it appeared within lagBound of C2's start) and a
+// deletion of the same kind in the namespace.
+func (a *admissionChecker) check(ops []*opRecord, from int, r *replayer) []finding {
+	var out []finding
+	byEnd := slices.Clone(ops)
+	slices.SortFunc(byEnd, func(x, y *opRecord) int { return x.End.Compare(y.End) })
+	maxRV := make([]uint64, len(byEnd)) // maxRV[i]: highest RV among byEnd[:i+1]
+	var longest time.Duration
+	for i, o := range byEnd {
+		maxRV[i] = o.RV
+		if i > 0 {
+			maxRV[i] = max(maxRV[i], maxRV[i-1])
+		}
+		longest = max(longest, o.End.Sub(o.Start))
+	}
+	for _, c2 := range ops[from:] {
+		if !c2.explicitSubnetCreate() || c2.Outcome != outcomeCreated {
+			continue
+		}
+		if why := a.skip(c2, ops, longest); why != "" {
+			a.skipped[why]++
+		} else {
+			a.checked++
+			out = append(out, a.checkOne(c2, byEnd, maxRV, r)...)
+		}
+		if c2.RV != 0 {
+			ref := c2.Namespace + "/" + c2.Ref
+			a.explicit[ref] = append(a.explicit[ref], c2)
+		}
+	}
+	return out
+}
+
+// skip says why C2 cannot be judged soundly, or "".
+func (a *admissionChecker) skip(c2 *opRecord, ops []*opRecord, longest time.Duration) string {
+	if c2.Ambiguous || c2.RV == 0 {
+		return "ambiguous outcome"
+	}
+	if c2.End.Sub(c2.Start) >= freshnessTimeout {
+		return "slower than the freshness timeout"
+	}
+	// ops is in ID order, roughly start order: look at the neighbourhood.
+	i := slices.Index(ops, c2)
+	for j := i - 1; j >= 0 && ops[j].Start.After(c2.Start.Add(-longest-time.Second)); j-- {
+		if concurrent(ops[j], c2) {
+			return "concurrent with another operation on its namespace"
+		}
+	}
+	for j := i + 1; j < len(ops) && ops[j].Start.Before(c2.End); j++ {
+		if concurrent(ops[j], c2) {
+			return "concurrent with another operation on its namespace"
+		}
+	}
+	return ""
+}
+
+func concurrent(o, c2 *opRecord) bool {
+	return o != c2 && o.Namespace == c2.Namespace && o.Namespace != "" &&
+		o.Start.Before(c2.End) && c2.Start.Before(o.End)
+}
+
+// mayBeUnseen reports whether the webhook's informer may not have had the
+// version v of a claim (received by the recorder at seen) when C2 was
+// admitted, while a deletion of the same kind was also undelivered to it:
+// the case its object count cannot tell apart.
+func (a *admissionChecker) mayBeUnseen(c2 *opRecord, kind string, seen time.Time, r *replayer) bool {
+	since := c2.Start.Add(-lagBound)
+	if seen.Before(since) {
+		return false
+	}
+	for _, d := range r.deletes[c2.Namespace] {
+		if d.kind == kind && d.rv < c2.RV && !d.received.Before(since) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *admissionChecker) checkOne(c2 *opRecord, byEnd []*opRecord, maxRV []uint64, r *replayer) []finding {
+	var out []finding
+	x2 := parsePrefix(c2.CIDR)
+	ref := c2.Namespace + "/" + c2.Ref
+	named := map[types.UID]bool{}
+	for _, c1 := range a.explicit[ref] {
+		if c1.RV == 0 || !c1.End.Before(c2.Start) || !parsePrefix(c1.CIDR).Overlaps(x2) {
+			continue
+		}
+		tl := r.timelines[c1.UID]
+		if tl == nil || (tl.deleted != 0 && tl.deleted < c2.RV) {
+			continue
+		}
+		named[c1.UID] = true
+		if a.mayBeUnseen(c2, kindSubnet, tl.received[0], r) {
+			a.pairsSkipped++
+			continue
+		}
+		out = append(out, finding{Check: "S4", Key: fmt.Sprintf("S4a/%s/%s", c2.UID, c1.UID), Detail: fmt.Sprintf(
+			"back-to-back overlapping explicit creates both admitted: %s started after %s had returned, and that Subnet still existed",
+			c2, c1)})
+	}
+
+	// R: the revision of the last operation that returned before C2
+	// started.
+	i, _ := slices.BinarySearchFunc(byEnd, c2.Start, func(o *opRecord, t time.Time) int { return o.End.Compare(t) })
+	if i == 0 {
+		return out
+	}
+	rv := maxRV[i-1]
+	for _, uid := range r.claimUIDs[ref] {
+		tl := r.timelines[uid]
+		at := tl.at(rv)
+		if uid == c2.UID || named[uid] || at == nil || (tl.deleted != 0 && tl.deleted < c2.RV) {
+			continue
+		}
+		// Every version from R until C2 was created held or requested an
+		// overlapping range.
+		throughout := true
+		var seen time.Time
+		for j, v := range tl.versions {
+			if v.RV >= c2.RV {
+				break
+			}
+			if v.RV < rv && v != at {
+				continue
+			}
+			if v == at {
+				seen = tl.received[j]
+			}
+			req := v.requested()
+			if !v.held().Overlaps(x2) && !(req.IsValid() && req.Overlaps(x2)) {
+				throughout = false
+				break
+			}
+		}
+		if !throughout {
+			continue
+		}
+		if a.mayBeUnseen(c2, at.Kind, seen, r) {
+			a.pairsSkipped++
+			continue
+		}
+		out = append(out, finding{Check: "S4", Key: fmt.Sprintf("S4b/%s/%s", c2.UID, uid), Detail: fmt.Sprintf(
+			"explicit create admitted over a claim the API showed before it started: %s; at rv %d (the last operation that returned before it started) and until it was created: %s",
+			c2, rv, at)})
+	}
+	return out
+}

@@ -1,0 +1,440 @@
+//go:build integration
+
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/test/environment"
+)
+
+var (
+	seedFlag  = flag.String("lifecycle.seed", "", "seed of the operation sequence (default: a random one, printed so the run can be replayed)")
+	opsFlag   = flag.Int("lifecycle.ops", 400, "operations to run, counting each request and each fault (a soak: 20000+)")
+	phaseFlag = flag.Int("lifecycle.phase", 100, "operations per phase; every phase ends with the quiescence checks")
+	settleFor = flag.Duration("lifecycle.settle", 30*time.Second, "how long a phase's end waits for the liveness checks to pass before it reports what still fails")
+	outFlag   = flag.String("lifecycle.out", "", "directory to write the operation log and the replayed history to, as JSON lines")
+)
+
+// Short leases, so that a hand-over takes a second or two.
+const (
+	leaseDuration = 4 * time.Second
+	renewDeadline = 3 * time.Second
+	retryPeriod   = 500 * time.Millisecond
+)
+
+var (
+	env  *environment.Environment
+	k8s  client.Client
+	runs int
+)
+
+func TestMain(m *testing.M) {
+	opts := environment.Options{
+		Replicas: 2,
+		ManagerArgs: []string{
+			"--leader-elect-lease-duration=" + leaseDuration.String(),
+			"--leader-elect-renew-deadline=" + renewDeadline.String(),
+			"--leader-elect-retry-period=" + retryPeriod.String(),
+			"--audit-interval=1s",
+		},
+	}
+	os.Exit(environment.Main(m, opts, true, func(e *environment.Environment, c client.Client) {
+		env, k8s = e, c
+	}))
+}
+
+// TestLifecycle drives a seeded random sequence of operations through the
+// API server in phases. After each phase, once every operation has
+// returned, it checks the settled state (L1-L4, polled until they pass or
+// -lifecycle.settle passes), brings the recorded history up to date, and
+// replays it in revision order checking S1-S3 after every event and S4 on
+// the phase's explicit creates. See checks.go for the rules.
+func TestLifecycle(t *testing.T) {
+	started := time.Now()
+	seed := rand.Uint64()
+	if *seedFlag != "" {
+		var err error
+		if seed, err = strconv.ParseUint(*seedFlag, 10, 64); err != nil {
+			t.Fatalf("-lifecycle.seed: %v", err)
+		}
+	}
+	t.Logf("seed %d: replay the operation sequence with -lifecycle.seed=%d -lifecycle.ops=%d", seed, seed, *opsFlag)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	c, err := watchClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs++
+	namespaces := []string{fmt.Sprintf("lifecycle%d-a", runs), fmt.Sprintf("lifecycle%d-b", runs)}
+	fenceNS := fmt.Sprintf("lifecycle%d-fence", runs)
+	for _, ns := range append(slices.Clone(namespaces), fenceNS) {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := startRecorder(ctx, c, namespaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.close()
+	f, err := newFence(ctx, c, fenceNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l := &lifecycle{
+		t: t, c: c, namespaces: namespaces, rec: rec, fence: f,
+		gen: newGenerator(seed, namespaces), rep: newReplayer(), adm: newAdmissionChecker(),
+		rpt: &report{t: t, seed: seed, seen: map[string]bool{}, grandfathered: map[types.UID]string{}},
+	}
+	l.d = newDriver(t, env, c)
+	for l.done < *opsFlag {
+		l.phase++
+		l.runPhase(ctx)
+		l.endPhase(ctx)
+	}
+	l.d.ensureReplicas(ctx) // environment.Main stops them and checks how they exit
+	for _, m := range env.Managers {
+		l.d.scanRaces(m)
+	}
+	l.rpt.add(l.phase, l.d.takeFindings()...)
+
+	records := l.d.records()
+	if *outFlag != "" {
+		if err := dump(*outFlag, records, l.events); err != nil {
+			t.Errorf("writing %s: %v", *outFlag, err)
+		}
+	}
+	t.Log(summary(seed, records, l, time.Since(started)))
+	l.rpt.finish()
+}
+
+// lifecycle is one run of TestLifecycle.
+type lifecycle struct {
+	t          *testing.T
+	c          client.WithWatch
+	namespaces []string
+	rec        *recorder
+	fence      *fence
+	gen        *generator
+	d          *driver
+	rep        *replayer
+	adm        *admissionChecker
+	rpt        *report
+
+	phase, done int
+	logged      int // operations judged by S4 so far
+	lchecks     int
+	settle      []time.Duration
+	events      []event // the replayed history, kept for -lifecycle.out
+}
+
+// runPhase runs a phase's operations.
+func (l *lifecycle) runPhase(ctx context.Context) {
+	budget := min(*phaseFlag, *opsFlag-l.done)
+	var forced []*operation
+	if l.done+budget >= *opsFlag && *opsFlag >= 100 {
+		// Every run of some size has both faults at least once.
+		if l.d.handOvers == 0 {
+			forced = append(forced, l.gen.make(opHandOver))
+		}
+		if l.d.restarts == 0 {
+			forced = append(forced, l.gen.make(opRestart))
+		}
+	}
+	n := 0
+	for n < budget {
+		var op *operation
+		if len(forced) > 0 {
+			op, forced = forced[0], forced[1:]
+		} else {
+			op = l.gen.next()
+		}
+		n += l.d.run(ctx, op)
+		if l.d.broken != nil {
+			l.t.Fatalf("phase %d: %v", l.phase, l.d.broken)
+		}
+	}
+	l.done += n
+}
+
+// endPhase checks the phase, every operation having returned: liveness on
+// the settled state, then safety on the history up to now.
+func (l *lifecycle) endPhase(ctx context.Context) {
+	q, waited, err := awaitQuiescent(ctx, l.c, l.namespaces, l.rec, l.rpt.seen)
+	if err != nil {
+		l.t.Fatalf("phase %d: listing: %v", l.phase, err)
+	}
+	l.settle = append(l.settle, waited)
+	l.lchecks += q.checks
+	l.rpt.add(l.phase, q.findings...)
+	maps.Copy(l.rpt.grandfathered, q.grandfathered)
+
+	evs, hf, err := l.rec.sync(ctx, l.fence, l.rep)
+	if err != nil {
+		l.t.Fatalf("phase %d: bringing the history up to date: %v", l.phase, err)
+	}
+	if *outFlag != "" {
+		l.events = append(l.events, evs...)
+	}
+	l.rpt.add(l.phase, hf...)
+	l.rpt.add(l.phase, l.rep.findings...)
+	l.rep.findings = nil
+	records := l.d.records()
+	l.rpt.add(l.phase, l.adm.check(records, l.logged, l.rep)...)
+	l.logged = len(records)
+	l.rpt.add(l.phase, l.d.takeFindings()...)
+	l.t.Logf("phase %d: %d operations so far; settled in %s; %d events replayed; %d violations so far",
+		l.phase, l.done, waited.Round(time.Millisecond), l.rep.events, len(l.rpt.all))
+}
+
+// watchClient is a client for the cluster admin that can watch, without a
+// client-side rate limit and without printing the API's warnings (a Subnet
+// created before its pool gets one, by design).
+func watchClient() (client.WithWatch, error) {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = -1, -1
+	cfg.WarningHandler = rest.NoWarnings{}
+	return client.NewWithWatch(cfg, client.Options{Scheme: k8s.Scheme()})
+}
+
+// awaitQuiescent polls the liveness checks on fresh listings until they
+// pass or -lifecycle.settle passes, and returns the last report and how
+// long it waited. When only violations reported in an earlier phase remain
+// and nothing has changed for a while, it stops early: waiting longer for
+// what was already reported only slows a run down.
+func awaitQuiescent(ctx context.Context, c client.Client, namespaces []string, rec *recorder, reported map[string]bool) (quiescentReport, time.Duration, error) {
+	const stillFor = 2 * time.Second
+	start := time.Now()
+	for {
+		objs, err := listAll(ctx, c, namespaces)
+		if err != nil {
+			return quiescentReport{}, 0, err
+		}
+		r := checkQuiescent(objs)
+		known := true
+		for _, f := range r.findings {
+			known = known && reported[f.Key]
+		}
+		if len(r.findings) == 0 || time.Since(start) > *settleFor || (known && rec.quiet() > stillFor) {
+			return r, time.Since(start), nil
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+}
+
+func listAll(ctx context.Context, c client.Client, namespaces []string) ([]obj, error) {
+	var out []obj
+	for _, ns := range namespaces {
+		var pools ipamv1.SubnetPoolList
+		if err := retryTransient(ctx, func(ctx context.Context) error { return c.List(ctx, &pools, client.InNamespace(ns)) }); err != nil {
+			return nil, err
+		}
+		var subnets ipamv1.SubnetList
+		if err := retryTransient(ctx, func(ctx context.Context) error { return c.List(ctx, &subnets, client.InNamespace(ns)) }); err != nil {
+			return nil, err
+		}
+		for i := range pools.Items {
+			out = append(out, fromPool(&pools.Items[i]))
+		}
+		for i := range subnets.Items {
+			out = append(out, fromSubnet(&subnets.Items[i]))
+		}
+	}
+	return out, nil
+}
+
+// report collects violations, each once, and fails the test for each (the
+// first maxPrinted in full).
+type report struct {
+	t             *testing.T
+	seed          uint64
+	seen          map[string]bool
+	all           []finding
+	grandfathered map[types.UID]string
+}
+
+const maxPrinted = 50
+
+func (r *report) add(phase int, fs ...finding) {
+	for _, f := range fs {
+		if r.seen[f.Key] {
+			continue
+		}
+		r.seen[f.Key] = true
+		r.all = append(r.all, f)
+		if len(r.all) <= maxPrinted {
+			r.t.Errorf("phase %d: %s", phase, f)
+		}
+	}
+}
+
+func (r *report) finish() {
+	if n := len(r.all) - maxPrinted; n > 0 {
+		r.t.Errorf("%d more violations not printed", n)
+	}
+	if len(r.all) > 0 {
+		r.t.Errorf("%d violations; replay with -lifecycle.seed=%d -lifecycle.ops=%d", len(r.all), r.seed, *opsFlag)
+	}
+}
+
+// summary describes a run: what was done, what was checked, what was
+// found.
+func summary(seed uint64, records []*opRecord, l *lifecycle, wall time.Duration) string {
+	rep, adm, d, rpt := l.rep, l.adm, l.d, l.rpt
+	var b strings.Builder
+	fmt.Fprintf(&b, "summary of seed %d:\n", seed)
+	byOp := map[string]map[string]int{}
+	requests := 0
+	for _, o := range records {
+		if byOp[o.Op] == nil {
+			byOp[o.Op] = map[string]int{}
+		}
+		byOp[o.Op][outcomeLabel(o)]++
+		if o.Kind != "" {
+			requests++
+		}
+	}
+	fmt.Fprintf(&b, "  requests: %d in %d phases (%.1f requests/s over %s wall)\n", requests, l.phase, float64(requests)/wall.Seconds(), wall.Round(time.Second))
+	for _, op := range slices.Sorted(maps.Keys(byOp)) {
+		var parts []string
+		n := 0
+		for _, o := range slices.Sorted(maps.Keys(byOp[op])) {
+			parts = append(parts, fmt.Sprintf("%s %d", o, byOp[op][o]))
+			n += byOp[op][o]
+		}
+		fmt.Fprintf(&b, "    %-24s %4d: %s\n", op, n, strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(&b, "  faults: %d hand-overs, %d SIGKILL restarts, %d replicas exited on their own %v\n", d.handOvers, d.restarts, len(d.unexpected), d.unexpected)
+	var slowest time.Duration
+	for _, s := range l.settle {
+		slowest = max(slowest, s)
+	}
+	fmt.Fprintf(&b, "  settling: slowest phase end %s\n", slowest.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  history: %d events replayed; objects that showed each Ready reason: %s\n", rep.events, reasonsSeen(rep))
+	var skipped []string
+	skippedN := 0
+	for _, why := range slices.Sorted(maps.Keys(adm.skipped)) {
+		skipped = append(skipped, fmt.Sprintf("%d %s", adm.skipped[why], why))
+		skippedN += adm.skipped[why]
+	}
+	fmt.Fprintf(&b, "  checks: S1 %d (%d skipped in watch gaps), S2 %d, S3 %d, S4 %d explicit creates judged (%d pairs skipped: a deletion and the claim may both have been undelivered), %d not judged (%s), L1-L4 %d objects checked at quiescence\n",
+		rep.s1Checks, rep.s1Skipped, rep.s2Checks, rep.s3Checks, adm.checked, adm.pairsSkipped, skippedN, strings.Join(skipped, "; "), l.lchecks)
+	fmt.Fprintf(&b, "  grandfathered claims seen (held outside their pool's range or on its reserved ranges): %d\n", len(rpt.grandfathered))
+	for _, uid := range slices.Sorted(maps.Keys(rpt.grandfathered)) {
+		fmt.Fprintf(&b, "    %s\n", rpt.grandfathered[uid])
+	}
+	byCheck := map[string]int{}
+	for _, f := range rpt.all {
+		byCheck[f.Check]++
+	}
+	fmt.Fprintf(&b, "  violations: %d %v", len(rpt.all), byCheck)
+	return b.String()
+}
+
+// reasonsSeen counts, per kind and Ready reason, the objects that showed
+// it at some point: what the run exercised.
+func reasonsSeen(rep *replayer) string {
+	seen := map[string]map[types.UID]bool{}
+	for uid, tl := range rep.timelines {
+		for _, v := range tl.versions {
+			if r := v.readyReason(); r != "" {
+				k := v.Kind + "/" + r
+				if seen[k] == nil {
+					seen[k] = map[types.UID]bool{}
+				}
+				seen[k][uid] = true
+			}
+		}
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(seen)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, len(seen[k])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// outcomeLabel is an operation's outcome for the summary, with the rule a
+// rejection names.
+func outcomeLabel(o *opRecord) string {
+	switch o.Outcome {
+	case outcomeRejected:
+		return "rejected(" + o.Reason + ":" + rejectionRule(o.Message) + ")"
+	case outcomeFailed:
+		return "failed(" + o.Reason + ")"
+	}
+	if o.Ambiguous {
+		return string(o.Outcome) + "(after a retry)"
+	}
+	return string(o.Outcome)
+}
+
+func rejectionRule(msg string) string {
+	for _, r := range []struct{ substr, rule string }{
+		{"already exists", "exists"},
+		{"is in use by", "in-use"},
+		{"being deleted", "terminating"},
+		{"would leave claims outside", "shrink-below-claims"},
+		{"covers ranges already claimed", "reserve-over-claims"},
+		{"makes a cycle", "cycle"},
+		{"does not exist", "parent-missing"},
+		{"overlaps reserved", "on-reserved"},
+		{"overlaps", "overlap"},
+		{"lies outside", "outside"},
+		{"prefix length", "length"},
+		{"PrefixLength", "length"},
+		{"must lie inside", "reserved-outside"},
+	} {
+		if strings.Contains(msg, r.substr) {
+			return r.rule
+		}
+	}
+	return "other"
+}
+
+// dump writes the operation log and the replayed history as JSON lines.
+func dump(dir string, records []*opRecord, events []event) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	write := func(name string, n int, item func(int) any) error {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(f)
+		for i := range n {
+			if err := enc.Encode(item(i)); err != nil {
+				_ = f.Close()
+				return err
+			}
+		}
+		return f.Close()
+	}
+	if err := write("operations.jsonl", len(records), func(i int) any { return records[i] }); err != nil {
+		return err
+	}
+	return write("history.jsonl", len(events), func(i int) any { return events[i] })
+}
