@@ -328,7 +328,9 @@ func (r *pagedReader) List(_ context.Context, list client.ObjectList, opts ...cl
 	}
 	start := 0
 	if o.Continue != "" {
-		fmt.Sscan(o.Continue, &start)
+		if _, err := fmt.Sscan(o.Continue, &start); err != nil {
+			return err
+		}
 	}
 	end := min(start+r.pageSize, len(items))
 	l.Items = items[start:end]

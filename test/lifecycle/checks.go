@@ -913,7 +913,7 @@ func (a *admissionChecker) checkOne(c2 *opRecord, byEnd []*opRecord, maxRV []uin
 				seen = tl.received[j]
 			}
 			req := v.requested()
-			if !v.held().Overlaps(x2) && !(req.IsValid() && req.Overlaps(x2)) {
+			if !v.held().Overlaps(x2) && (!req.IsValid() || !req.Overlaps(x2)) {
 				throughout = false
 				break
 			}

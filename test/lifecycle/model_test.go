@@ -495,7 +495,7 @@ func TestAdmission(t *testing.T) {
 	}, {
 		name:   "the first was deleted before the second was created",
 		ops:    []*opRecord{create(1, c1, ms(0), ms(10), 5), create(2, c2, ms(500), ms(510), 7)},
-		events: []event{added(c1.at(5)), event{Type: "DELETED", Obj: c1.at(6), Received: ms(100)}, added(c2.at(7))},
+		events: []event{added(c1.at(5)), {Type: "DELETED", Obj: c1.at(6), Received: ms(100)}, added(c2.at(7))},
 	}, {
 		name:    "a deletion in flight, and the first create too",
 		ops:     []*opRecord{create(1, c1, ms(0), ms(10), 5), create(2, c2, ms(100), ms(110), 8)},
