@@ -19,9 +19,6 @@ type PoolView struct {
 	Min, Max int // -1 if unset
 	Reserved []netip.Prefix
 	Deleting bool
-	// Serving is the range the pool hands out now; invalid while it serves
-	// none (a child pool not granted yet).
-	Serving netip.Prefix
 }
 
 // Pool returns a pool's view, or false if the pool does not exist.
@@ -39,7 +36,7 @@ func (l *Ledger) Pool(namespace, name string) (PoolView, bool) {
 	p := s.pool
 	return PoolView{
 		Name: p.name, Spec: p.spec, Parent: p.parent, Default: p.defaultLen, Min: p.minLen, Max: p.maxLen,
-		Reserved: slices.Clone(p.reserved), Deleting: p.deleting, Serving: s.serving,
+		Reserved: slices.Clone(p.reserved), Deleting: p.deleting,
 	}, true
 }
 
