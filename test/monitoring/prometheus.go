@@ -146,7 +146,10 @@ func StartPrometheus(ctx context.Context, opts PrometheusOptions) (*Prometheus, 
 // scraped by a scrape that started after after; otherwise an error saying
 // what it saw.
 func (p *Prometheus) WaitScraped(ctx context.Context, after time.Time, targets int) error {
-	samples, err := p.Query(ctx, fmt.Sprintf(`timestamp(up{job=%q} == 1)`, JobName), time.Time{})
+	// timestamp() of a plain selector is the scrape's time; of any other
+	// expression (such as up == 1) it is the evaluation's, which would make
+	// every target look freshly scraped. "and" keeps the left side's values.
+	samples, err := p.Query(ctx, fmt.Sprintf(`timestamp(up{job=%[1]q}) and up{job=%[1]q} == 1`, JobName), time.Time{})
 	if err != nil {
 		return err
 	}
