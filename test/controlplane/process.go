@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -88,8 +89,13 @@ func (p *Process) Kill() {
 
 // FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment
 // ago (holding all listeners open until every port is picked keeps them
-// distinct).
+// distinct). They are drawn at random from below the kernel's ephemeral
+// range: a port from that range (what listening on port 0 gives) can be
+// taken, between the pick and the bind, by any outgoing connection of the
+// many processes the tests run in parallel, and was (a manager failed with
+// "address already in use").
 func FreePorts(n int) ([]int, error) {
+	low, high := portRange()
 	ports := make([]int, 0, n)
 	var listeners []net.Listener
 	defer func() {
@@ -97,15 +103,33 @@ func FreePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for attempts := 0; len(ports) < n; attempts++ {
+		if attempts == 1000 {
+			return nil, fmt.Errorf("no free port in %d-%d after %d attempts", low, high, attempts)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", low+rand.IntN(high-low)))
 		if err != nil {
-			return nil, err
+			continue // in use
 		}
 		listeners = append(listeners, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// portRange is where FreePorts draws from: from 20000 up to the start of the
+// ephemeral range (/proc/sys/net/ipv4/ip_local_port_range, 32768 by default).
+func portRange() (low, high int) {
+	low, high = 20000, 32768
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return low, high
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(data), &first, &last); err == nil && first > low+1000 {
+		high = first
+	}
+	return low, high
 }
 
 // errExited wraps the exit of a process that should still be running.
