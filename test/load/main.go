@@ -40,7 +40,7 @@ func main() {
 	manager := flag.String("manager", "bin/manager", "The manager binary (a release build: make build).")
 	managerArgs := flag.String("manager-args", "--kube-api-qps=500 --kube-api-burst=1000",
 		"Extra manager flags. The default raises the client-side API limit (50/s) as docs/operations.md advises for large pools; each Subnet costs one status write.")
-	modes := flag.String("webhooks", "on,off", "Runs per N: on (as installed), off (webhook configurations deleted).")
+	modes := flag.String("webhooks", "on,noop,off", "Runs per N: on (as installed), noop (the same webhook configurations answered by a no-op server with the same TLS: the floor), off (webhook configurations deleted).")
 	profiles := flag.String("profiles", "", "Directory for the manager's CPU (first 30 s of creates) and heap profiles, per N, of the webhooks-on run; empty: none.")
 	out := flag.String("out", "", "Also append the report to this file.")
 	flag.Parse()
@@ -76,15 +76,15 @@ func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, mod
 		var order []string
 		for _, mode := range strings.Split(modes, ",") {
 			mode = strings.TrimSpace(mode)
-			if mode != "on" && mode != "off" {
-				return fmt.Errorf("-webhooks: %q is neither on nor off", mode)
+			if mode != webhooksOn && mode != webhooksNoop && mode != webhooksOff {
+				return fmt.Errorf("-webhooks: %q is none of on, noop, off", mode)
 			}
 			cfg := runConfig{
-				n: n, clients: clients, explicitEvery: explicitEvery, webhooks: mode == "on",
+				n: n, clients: clients, explicitEvery: explicitEvery, webhooks: mode,
 				manager: manager, managerArgs: strings.Fields(managerArgs),
 				wait: 5*time.Minute + time.Duration(n)*20*time.Millisecond,
 			}
-			if profiles != "" && mode == "on" {
+			if profiles != "" && mode == webhooksOn {
 				cfg.profileDir = filepath.Join(profiles, strconv.Itoa(n))
 			}
 			fmt.Fprintf(os.Stderr, "load: N=%d, %d clients, webhooks %s ...\n", n, clients, mode)
@@ -195,11 +195,17 @@ func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, orde
 	for _, k := range keys {
 		row("API server: "+k+" per Subnet", func(r *result) string { return fmt.Sprintf("%.2f", perSubnet(r, r.requests[k])) })
 	}
-	if on, off := results["on"], results["off"]; on != nil && off != nil {
+	if on, off := results[webhooksOn], results[webhooksOff]; on != nil && off != nil {
 		a, b := percentiles(on.createLatency, 0.5, 0.99), percentiles(off.createLatency, 0.5, 0.99)
 		p("\nThe webhooks add %s at p50 and %s at p99 to a create (client side, on minus off); throughput on/off: %.2f.\n",
 			seconds(a[0]-b[0]), seconds(a[1]-b[1]),
 			(float64(on.created)/on.createWall.Seconds())/(float64(off.created)/off.createWall.Seconds()))
+	}
+	if on, noop := results[webhooksOn], results[webhooksNoop]; on != nil && noop != nil {
+		a, b := percentiles(on.createLatency, 0.99), percentiles(noop.createLatency, 0.99)
+		p("\nOurs against the no-op floor: API server CPU per create %.2fx, client p99 %.2fx, throughput %.2fx.\n",
+			perSubnet(on, on.apiserverCPU)/perSubnet(noop, noop.apiserverCPU), a[0]/b[0],
+			(float64(on.created)/on.createWall.Seconds())/(float64(noop.created)/noop.createWall.Seconds()))
 	}
 	for _, m := range order {
 		if r := results[m]; r.notReadyTotal() > 0 {

@@ -48,10 +48,17 @@ const (
 	explicitStride = 24
 )
 
-// runConfig is one load run: N Subnets by C clients, webhooks on or off.
+// Webhook modes of a run.
+const (
+	webhooksOn   = "on"   // as installed: the manager answers
+	webhooksNoop = "noop" // the same configurations, answered by a no-op server with the same TLS
+	webhooksOff  = "off"  // the configurations deleted
+)
+
+// runConfig is one load run: N Subnets by C clients, in a webhook mode.
 type runConfig struct {
 	n, clients, explicitEvery int
-	webhooks                  bool
+	webhooks                  string
 	manager                   string
 	managerArgs               []string
 	profileDir                string // where to write pprof profiles; empty: none
@@ -223,7 +230,7 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.webhooks {
+	if cfg.webhooks == webhooksOff {
 		if _, err := env.Kubectl(ctx, nil, "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "--all"); err != nil {
 			return nil, err
 		}
@@ -237,6 +244,16 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 		Spec:       ipamv1.SubnetPoolSpec{CIDR: poolCIDR, DefaultPrefixLength: &length},
 	}); err != nil {
 		return nil, err
+	}
+	if cfg.webhooks == webhooksNoop {
+		noop, err := startNoopWebhook(env.CertDir("webhook"))
+		if err != nil {
+			return nil, err
+		}
+		defer noop.close()
+		if err := pointWebhooksAt(ctx, env, noop.url()); err != nil {
+			return nil, err
+		}
 	}
 	token, err := env.MetricsReaderToken(ctx, namespace, "load")
 	if err != nil {
