@@ -258,7 +258,7 @@ func TestBarrierTimeoutRefusesWithRetry(t *testing.T) {
 
 func TestUnsyncedLedgerAsksToRetry(t *testing.T) {
 	l := ledger.New() // never synced
-	v := &SubnetValidator{Ledger: l, fresh: &freshness{reader: &fakeAPI{}, ledger: l, timeout: time.Second, syncTimeout: 50 * time.Millisecond}}
+	v := &SubnetValidator{Ledger: l, fresh: newFreshness(&fakeAPI{}, l, time.Second, 50*time.Millisecond)}
 	_, err := v.ValidateCreate(withOp(admissionv1.Create), subnet("x", "p", "10.0.0.0/24"))
 	if !apierrors.IsTimeout(err) || !strings.Contains(err.Error(), "still loading") {
 		t.Fatalf("want a Timeout asking to retry, got %v", err)

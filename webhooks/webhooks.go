@@ -55,7 +55,7 @@ func Setup(mgr ctrl.Manager, l *ledger.Ledger, reader client.Reader, opts Option
 	if opts.SyncTimeout == 0 {
 		opts.SyncTimeout = 5 * time.Second
 	}
-	f := &freshness{reader: reader, ledger: l, timeout: opts.FreshnessTimeout, syncTimeout: opts.SyncTimeout}
+	f := newFreshness(reader, l, opts.FreshnessTimeout, opts.SyncTimeout)
 	if err := ctrl.NewWebhookManagedBy(mgr, &ipamv1.Subnet{}).
 		WithDefaulter(&SubnetDefaulter{Ledger: l}).
 		WithValidator(&SubnetValidator{Ledger: l, fresh: f}).
@@ -76,12 +76,20 @@ func Setup(mgr ctrl.Manager, l *ledger.Ledger, reader client.Reader, opts Option
 // this replica's informer has not delivered the first one yet. Before a
 // decision that depends on other objects, it takes a watermark of each kind
 // with a cheap consistent read (a LIST with limit=1 in the namespace) and
-// waits, boundedly, until the ledger has caught up with it.
+// waits, boundedly, until the ledger has caught up with it. Concurrent
+// admissions share the reads (sharedReads).
 type freshness struct {
 	reader      client.Reader
 	ledger      *ledger.Ledger
 	timeout     time.Duration
 	syncTimeout time.Duration
+	reads       *sharedReads
+}
+
+func newFreshness(reader client.Reader, l *ledger.Ledger, timeout, syncTimeout time.Duration) *freshness {
+	f := &freshness{reader: reader, ledger: l, timeout: timeout, syncTimeout: syncTimeout}
+	f.reads = newSharedReads(f.watermark, timeout)
+	return f
 }
 
 // await makes the ledger at least as fresh as the API server was when it was
@@ -106,7 +114,7 @@ func (f *freshness) await(ctx context.Context, namespace string, kinds ...string
 	for i, kind := range kinds {
 		go func() { // the reads are independent: take them in parallel
 			var err error
-			marks[i], err = f.watermark(ctx, namespace, kind)
+			marks[i], err = f.reads.watermark(ctx, namespace, kind)
 			errs <- err
 		}()
 	}
@@ -140,6 +148,8 @@ func errNotCaughtUp(timeout time.Duration) error {
 		"this replica's view of SubnetPools and Subnets did not catch up with the API server within %s, so it cannot tell whether the request overlaps a claim made a moment ago; retry", timeout), 1)
 }
 
+// watermark reads the API server's current resourceVersion and count of
+// kind in namespace, with one consistent LIST.
 func (f *freshness) watermark(ctx context.Context, namespace, kind string) (ledger.Watermark, error) {
 	var list client.ObjectList = &ipamv1.SubnetList{}
 	if kind == statuscalc.KindSubnetPool {

@@ -64,7 +64,7 @@ func (w *world) poolValidator() *SubnetPoolValidator {
 }
 
 func (w *world) fresh(timeout time.Duration) *freshness {
-	return &freshness{reader: w.api, ledger: w.ledger, timeout: timeout, syncTimeout: time.Second}
+	return newFreshness(w.api, w.ledger, timeout, time.Second)
 }
 
 // fakeAPI answers the barrier's LIST with limit=1: the namespace's count of
