@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/util/validation"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -20,15 +20,19 @@ import (
 // outage would block Subnet and namespace deletion for nothing.
 // timeoutSeconds is explicit, and above every bound the webhooks put on
 // their own waits (Options), so a caller reads our answer.
-// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha1,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha1,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// Both webhooks see creates only: a Subnet's spec is immutable (the CRD's
+// transition rules refuse a change before validating webhooks run), so an
+// update has nothing to default and nothing left to check. config/webhook adds matchConditions, so
+// the API server calls either webhook only when its answer can matter.
+// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create,versions=v1alpha1,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create,versions=v1alpha1,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
 
 var subnetGK = ipamv1.GroupVersion.WithKind("Subnet").GroupKind()
 
-// SubnetDefaulter canonicalises spec.cidr, fills spec.prefixLength from the
-// pool's defaultPrefixLength when the Subnet names neither a range nor a
-// length, and labels the Subnet with its pool (when the pool's name fits a
-// label value). It allocates nothing: that is the controller's job.
+// SubnetDefaulter canonicalises spec.cidr and fills spec.prefixLength from
+// the pool's defaultPrefixLength when the Subnet names neither a range nor a
+// length. It allocates nothing: that is the controller's job. (Select a
+// pool's Subnets with the field selector spec.poolRef: it needs no label.)
 type SubnetDefaulter struct {
 	Ledger *ledger.Ledger
 }
@@ -38,10 +42,13 @@ var _ admission.Defaulter[*ipamv1.Subnet] = &SubnetDefaulter{}
 // Default implements admission.Defaulter. The spec is defaulted on create
 // only: it is immutable afterwards, so an update (a label, a finalizer) must
 // leave it as stored, even text stored in a non-canonical form while the
-// webhook was bypassed.
+// webhook was bypassed. (The webhook configuration does not send updates;
+// should it be configured to, they pass untouched.)
 func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
-	create := operation(ctx) == "CREATE"
-	if s.Spec.CIDR != "" && create {
+	if operation(ctx) != "CREATE" {
+		return nil
+	}
+	if s.Spec.CIDR != "" {
 		// Only the text changes (case, zero compression); anything that
 		// changes the meaning, such as host bits, is left for validation to
 		// reject with a suggestion.
@@ -51,29 +58,18 @@ func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 	}
 	// The claim is immutable afterwards, even if the pool appears later (the
 	// controller then uses the pool's default).
-	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && s.Spec.PoolRef != "" && create {
+	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && s.Spec.PoolRef != "" {
 		if pool, ok := d.Ledger.Pool(s.Namespace, s.Spec.PoolRef); ok && pool.Default >= 0 {
 			s.Spec.PrefixLength = ptr.To(int32(pool.Default))
 		}
-	}
-	// A pool's name may be up to 253 characters, a label value only 63:
-	// a longer name gets no label rather than a Subnet that cannot be
-	// created (select such Subnets by spec.poolRef instead).
-	if s.Spec.PoolRef != "" && len(validation.IsValidLabelValue(s.Spec.PoolRef)) == 0 {
-		if s.Labels == nil {
-			s.Labels = map[string]string{}
-		}
-		s.Labels[ipamv1.LabelPool] = s.Spec.PoolRef
 	}
 	// Mutating webhooks run before the CRD schema: reject malformed input
 	// here, with the validator's own check and message (which says what
 	// to write instead), rather than leave it to the schema's terser CEL
 	// messages, which remain for when the webhooks are bypassed.
-	if create {
-		if v := validateSubnetSpec(&s.Spec, specPath); len(v.errs) > 0 {
-			_, err := finish(ctx, statuscalc.KindSubnet, subnetGK, objectName(s.Name, s.GenerateName), v, nil)
-			return err
-		}
+	if v := validateSubnetSpec(&s.Spec, specPath); len(v.errs) > 0 {
+		_, err := finish(ctx, statuscalc.KindSubnet, subnetGK, objectName(s.Name, s.GenerateName), v, nil)
+		return err
 	}
 	return nil
 }
@@ -89,10 +85,17 @@ var _ admission.Validator[*ipamv1.Subnet] = &SubnetValidator{}
 
 // ValidateCreate implements admission.Validator.
 func (v *SubnetValidator) ValidateCreate(ctx context.Context, s *ipamv1.Subnet) (admission.Warnings, error) {
+	claim := "dynamic"
+	if s.Spec.CIDR != "" {
+		claim = "explicit" // these wait for the freshness barrier's reads
+	}
+	defer prometheus.NewTimer(subnetAdmission.WithLabelValues(claim)).ObserveDuration()
 	return v.validate(ctx, nil, s)
 }
 
-// ValidateUpdate implements admission.Validator.
+// ValidateUpdate implements admission.Validator. The webhook configuration
+// does not send UPDATE (the schema refuses spec changes first); should it be
+// configured to, it refuses the same changes.
 func (v *SubnetValidator) ValidateUpdate(ctx context.Context, old, s *ipamv1.Subnet) (admission.Warnings, error) {
 	return v.validate(ctx, old, s)
 }
@@ -113,8 +116,8 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 	}
 	if old != nil {
 		// The claim is immutable once made; status-only and metadata
-		// changes pass. (The CRD's CEL rules say so too, for when this
-		// webhook is bypassed.) The spec was validated when it was made.
+		// changes pass. (The CRD's transition rules say so too, and
+		// first.) The spec was validated when it was made.
 		res.merge(validateSubnetUpdate(old, s))
 		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
 	}

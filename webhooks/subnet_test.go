@@ -188,9 +188,6 @@ func TestDefaultedSubnetsPassValidation(t *testing.T) {
 		if _, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), first); err != nil {
 			t.Errorf("%s: defaulted object fails validation: %v", s.Name, err)
 		}
-		if first.Labels[ipamv1.LabelPool] != s.Spec.PoolRef {
-			t.Errorf("%s: pool label %q", s.Name, first.Labels[ipamv1.LabelPool])
-		}
 	}
 	s := subnet("plain", "p", "")
 	_ = d.Default(withOp(admissionv1.Create), s)
@@ -281,8 +278,8 @@ func TestOverlapsWithClaimsWaitingForTheirPool(t *testing.T) {
 	}
 }
 
-// A pool's name may be longer than a label value: its Subnets are created
-// without the pool label rather than refused for a label nobody wrote.
+// A pool's name may be longer than a label value; its Subnets are created
+// like any other, with no label the user did not write.
 func TestLongPoolNames(t *testing.T) {
 	long := strings.Repeat("a", 70)
 	w := newWorld(pool(long, "10.60.0.0/16"))
@@ -290,16 +287,11 @@ func TestLongPoolNames(t *testing.T) {
 	if err := (&SubnetDefaulter{Ledger: w.ledger}).Default(withOp(admissionv1.Create), s); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.Labels[ipamv1.LabelPool]; ok {
+	if len(s.Labels) != 0 {
 		t.Errorf("labels %v", s.Labels)
 	}
 	if _, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), s); err != nil {
 		t.Errorf("create: %v", err)
-	}
-	short := dynamicSubnet("t", "p", 24)
-	_ = (&SubnetDefaulter{Ledger: w.ledger}).Default(withOp(admissionv1.Create), short)
-	if short.Labels[ipamv1.LabelPool] != "p" {
-		t.Errorf("labels %v", short.Labels)
 	}
 }
 

@@ -78,6 +78,7 @@ type SubnetStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sn,categories=ipam
+// +kubebuilder:selectablefield:JSONPath=`.spec.poolRef`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef`
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.status.cidr`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`

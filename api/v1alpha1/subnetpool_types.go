@@ -137,6 +137,7 @@ type SubnetPoolStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=snp,categories=ipam
+// +kubebuilder:selectablefield:JSONPath=`.spec.parentRef`
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`
 // +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.spec.parentRef`
 // +kubebuilder:printcolumn:name="Utilization",type=string,JSONPath=`.status.utilization`

@@ -61,10 +61,6 @@ const (
 )
 
 const (
-	// LabelPool is set on every Subnet by the defaulting webhook to the name
-	// of its pool, for label selectors and dashboards.
-	LabelPool = "ipam.subnet-operator.io/pool"
-
 	// FinalizerPoolProtection keeps a pool while Subnets or child pools still
 	// use it, even when the admission webhook was bypassed.
 	FinalizerPoolProtection = "ipam.subnet-operator.io/pool-protection"

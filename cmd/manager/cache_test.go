@@ -13,7 +13,7 @@ func TestTrimCachedObject(t *testing.T) {
 	meta := func() metav1.ObjectMeta {
 		return metav1.ObjectMeta{
 			Name: "web", Namespace: "default",
-			Labels: map[string]string{ipamv1.LabelPool: "dc"},
+			Labels: map[string]string{"team": "dc"},
 			Annotations: map[string]string{
 				corev1.LastAppliedConfigAnnotation: `{"spec":{}}`,
 				ipamv1.AnnotationRecompute:         "1",
@@ -45,7 +45,7 @@ func TestTrimCachedObject(t *testing.T) {
 	if _, ok := p.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
 		t.Error("pool keeps last-applied-configuration")
 	}
-	if p.Annotations[ipamv1.AnnotationRecompute] != "1" || p.Labels[ipamv1.LabelPool] != "dc" {
+	if p.Annotations[ipamv1.AnnotationRecompute] != "1" || p.Labels["team"] != "dc" {
 		t.Errorf("pool lost metadata the manager reads (the recompute trigger): %+v", p.ObjectMeta)
 	}
 

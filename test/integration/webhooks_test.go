@@ -174,3 +174,30 @@ func TestPoolInUseCannotBeDeleted(t *testing.T) {
 		t.Errorf("kubectl printed %q\nwant it to contain %q", stderr, want)
 	}
 }
+
+// A pool's Subnets and child pools are selected by field, not by a label
+// (the CRDs' selectableFields).
+func TestSelectByPoolReference(t *testing.T) {
+	ns := namespace(t)
+	setupPools(t, ns)
+	create(t, newSubnet(ns, "in-team", "team", 24))
+	var subnets ipamv1.SubnetList
+	if err := k8s.List(context.Background(), &subnets, client.InNamespace(ns), client.MatchingFields{"spec.poolRef": "dc"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(subnets.Items) != 1 || subnets.Items[0].Name != "web" {
+		t.Errorf("Subnets of dc: %v", names(subnets.Items))
+	}
+	stdout, stderr, err := kubectl(t, "", "get", "subnetpools", "-n", ns, "--field-selector", "spec.parentRef=dc", "-o", "name")
+	if err != nil || strings.TrimSpace(stdout) != "subnetpool.ipam.subnet-operator.io/team" {
+		t.Errorf("children of dc: %q %v %s", stdout, err, stderr)
+	}
+}
+
+func names(subnets []ipamv1.Subnet) []string {
+	out := make([]string, 0, len(subnets))
+	for _, s := range subnets {
+		out = append(out, s.Name)
+	}
+	return out
+}
