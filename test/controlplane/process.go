@@ -95,7 +95,7 @@ func (p *Process) Kill() {
 // many processes the tests run in parallel, and was (a manager failed with
 // "address already in use").
 func FreePorts(n int) ([]int, error) {
-	low, high := portRange()
+	low, high := lowestFreePort, portRangeEnd()
 	ports := make([]int, 0, n)
 	var listeners []net.Listener
 	defer func() {
@@ -117,19 +117,22 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// portRange is where FreePorts draws from: from 20000 up to the start of the
-// ephemeral range (/proc/sys/net/ipv4/ip_local_port_range, 32768 by default).
-func portRange() (low, high int) {
-	low, high = 20000, 32768
+// FreePorts draws from lowestFreePort up to portRangeEnd.
+const lowestFreePort = 20000
+
+// portRangeEnd is the start of the ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range, 32768 by default).
+func portRangeEnd() int {
+	high := 32768
 	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return low, high
+		return high
 	}
 	var first, last int
-	if _, err := fmt.Sscan(string(data), &first, &last); err == nil && first > low+1000 {
+	if _, err := fmt.Sscan(string(data), &first, &last); err == nil && first > lowestFreePort+1000 {
 		high = first
 	}
-	return low, high
+	return high
 }
 
 // errExited wraps the exit of a process that should still be running.
