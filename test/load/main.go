@@ -146,6 +146,26 @@ func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, orde
 		return share(r.webhookLatency, 0.001) + " / " + share(r.webhookLatency, 0.01)
 	})
 	row("manager: freshness read p50 / p99", func(r *result) string { return hq(r.freshness) })
+	row("manager: Subnet admission, explicit, p50 / p99", func(r *result) string { return hq(r.admitExplicit) })
+	row("manager: Subnet admission, dynamic, p50 / p99", func(r *result) string { return hq(r.admitDynamic) })
+	row("bare consistent LIST (limit 1) during the creates, p50 / p99", func(r *result) string { return pct(r.bareList) })
+	row("explicit admission p50 / bare LIST p50", func(r *result) string {
+		if r.admitExplicit.count == 0 || len(r.bareList) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2fx", r.admitExplicit.quantile(0.5)/percentiles(r.bareList, 0.5)[0])
+	})
+	row("consistent LISTs by the webhooks per explicit Subnet", func(r *result) string {
+		if r.explicitCreated == 0 {
+			return "–"
+		}
+		// The probe's own reads are LISTs of subnets too; they are not the webhooks'.
+		lists := r.requests["LIST subnets"] - float64(len(r.bareList)) + r.requests["LIST subnetpools"]
+		return fmt.Sprintf("%.2f", lists/float64(r.explicitCreated))
+	})
+	row("webhook calls per Subnet (API server's count, all four webhooks)", func(r *result) string {
+		return fmt.Sprintf("%.2f", perSubnet(r, r.webhookCalls))
+	})
 	row("API server: consistent LIST waits for its watch cache, subnets p50 / p99 (count)", func(r *result) string {
 		return fmt.Sprintf("%s (%.0f)", hq(r.cacheWaitSubnets), r.cacheWaitSubnets.count)
 	})

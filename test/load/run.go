@@ -78,7 +78,11 @@ type result struct {
 	validating, mutating              histogram     // API server's view of the webhooks
 	webhookLatency                    histogram     // controller-runtime's, inside the manager
 	freshness                         histogram     // the freshness barrier's wait
-	cacheWaitSubnets, cacheWaitPools  histogram     // the API server's wait for its watch cache on consistent reads
+	admitExplicit, admitDynamic       histogram     // the Subnet validating webhook's decision, by claim
+	bareList                          []float64     // a bare consistent LIST (limit 1) probed during the creates
+	webhookCalls                      float64       // calls to our webhooks, all operations, as the API server counts them
+	explicitCreated                   int
+	cacheWaitSubnets, cacheWaitPools  histogram // the API server's wait for its watch cache on consistent reads
 	poolReconcile, poolCompute        histogram
 	managerRequests                   float64 // rest_client_requests_total delta
 	requests                          map[string]float64
@@ -317,6 +321,11 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	var failures, denials atomic.Int64
 	var firstErr, firstDenial atomic.Value
 	start := time.Now()
+	// The probe: what one consistent read costs the API server meanwhile,
+	// the freshness barrier's floor. Ten a second, from its own client.
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probeDone := make(chan []float64, 1)
+	go func() { probeDone <- probeConsistentList(probeCtx, c) }()
 	for range cfg.clients {
 		wg.Go(func() {
 			for {
@@ -345,6 +354,8 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	}
 	wg.Wait()
 	r.createWall = time.Since(start)
+	stopProbe()
+	r.bareList = <-probeDone
 	r.failed, r.denied = int(failures.Load()), int(denials.Load())
 	r.created = cfg.n - r.failed - r.denied
 	if r.failed > 0 {
@@ -408,6 +419,9 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 			continue
 		}
 		r.createLatency = append(r.createLatency, latency[i])
+		if explicit[i] {
+			r.explicitCreated++
+		}
 		name := subnetName(i)
 		at, ready := t.ready[name]
 		if !ready {
@@ -467,6 +481,16 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	subnetKind := map[string]string{"kind": "Subnet"}
 	r.freshness = after.manager.histogram("subnet_operator_admission_freshness_wait_seconds", subnetKind).
 		since(before.manager.histogram("subnet_operator_admission_freshness_wait_seconds", subnetKind))
+	for claim, into := range map[string]*histogram{"explicit": &r.admitExplicit, "dynamic": &r.admitDynamic} {
+		match := map[string]string{"claim": claim}
+		*into = after.manager.histogram("subnet_operator_subnet_admission_duration_seconds", match).
+			since(before.manager.histogram("subnet_operator_subnet_admission_duration_seconds", match))
+	}
+	for _, name := range []string{"msubnet", "vsubnet", "msubnetpool", "vsubnetpool"} {
+		match := map[string]string{"name": name + ".ipam.subnet-operator.io"}
+		r.webhookCalls += after.apiserver.histogram("apiserver_admission_webhook_admission_duration_seconds", match).
+			since(before.apiserver.histogram("apiserver_admission_webhook_admission_duration_seconds", match)).count
+	}
 	for _, w := range []struct {
 		resource string
 		into     *histogram
@@ -586,5 +610,25 @@ func seconds(v float64) string {
 		return fmt.Sprintf("%.1f ms", v*1e3)
 	default:
 		return fmt.Sprintf("%.2f s", v)
+	}
+}
+
+// probeConsistentList times a consistent LIST with limit=1 of the Subnets
+// in the load's namespace, the read the freshness barrier makes, ten times
+// a second until ctx ends.
+func probeConsistentList(ctx context.Context, c client.Client) []float64 {
+	var out []float64
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-tick.C:
+		}
+		start := time.Now()
+		if err := c.List(ctx, &ipamv1.SubnetList{}, client.InNamespace(namespace), client.Limit(1)); err == nil {
+			out = append(out, time.Since(start).Seconds())
+		}
 	}
 }
