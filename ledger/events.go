@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -83,8 +84,13 @@ func (l *Ledger) noteChange(kind, resourceVersion string) {
 func (l *Ledger) ApplySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 	n := l.ns(s.Namespace, true)
 	n.mu.Lock()
-	if _, known := n.claims[SubnetKey(s.Name)]; !known {
+	prev, known := n.claims[SubnetKey(s.Name)]
+	if !known {
 		n.subnets++
+	} else if old == nil && prev.pool != s.Spec.PoolRef {
+		// The feed has no old object: say where the claim was (only a
+		// bypassed schema moves a Subnet), for the pool it left.
+		old = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}, Spec: ipamv1.SubnetSpec{PoolRef: prev.pool}}
 	}
 	released := n.upsertClaim(subnetFacts(s))
 	wake := n.wakeAfterRelease(s.Spec.PoolRef, released)

@@ -7,40 +7,23 @@ import (
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 )
 
-// Feed registers the ledger's handlers on the cache's Subnet and SubnetPool
-// informers. Call it before the cache starts; the ledger reports itself
-// synced once both handlers have received their informer's initial list,
-// which is when the arbiter may decide (design: restore before allocate).
-func (l *Ledger) Feed(ctx context.Context, c cache.Cache) error {
-	subnets, err := c.GetInformer(ctx, &ipamv1.Subnet{})
+// Feed registers the ledger's handlers on the cache's SubnetPool informer
+// and returns the feed of Subnets, read with c, which the caller runs beside
+// the cache (SubnetFeed.Start). Call it before the cache starts; the ledger
+// reports itself synced once the pool informer and the Subnet feed have
+// delivered their initial lists, which is when the arbiter may decide
+// (design: restore before allocate).
+func (l *Ledger) Feed(ctx context.Context, pools cache.Cache, c client.WithWatch) (*SubnetFeed, error) {
+	informer, err := pools.GetInformer(ctx, &ipamv1.SubnetPool{})
 	if err != nil {
-		return fmt.Errorf("subnet informer: %w", err)
+		return nil, fmt.Errorf("subnetpool informer: %w", err)
 	}
-	subnetReg, err := subnets.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj any, _ bool) {
-			if s, ok := obj.(*ipamv1.Subnet); ok {
-				l.ApplySubnet(s, Created, nil)
-			}
-		},
-		UpdateFunc: func(old, obj any) {
-			if s, ok := obj.(*ipamv1.Subnet); ok {
-				l.ApplySubnet(s, Updated, old)
-			}
-		},
-		DeleteFunc: l.DeleteSubnet,
-	})
-	if err != nil {
-		return err
-	}
-	pools, err := c.GetInformer(ctx, &ipamv1.SubnetPool{})
-	if err != nil {
-		return fmt.Errorf("subnetpool informer: %w", err)
-	}
-	poolReg, err := pools.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+	reg, err := informer.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, _ bool) {
 			if p, ok := obj.(*ipamv1.SubnetPool); ok {
 				l.ApplyPool(p, Created, nil)
@@ -54,12 +37,9 @@ func (l *Ledger) Feed(ctx context.Context, c cache.Cache) error {
 		DeleteFunc: l.DeletePool,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	l.freshMu.Lock()
-	l.synced = func() bool { return subnetReg.HasSynced() && poolReg.HasSynced() }
-	l.freshMu.Unlock()
-	return nil
+	return l.newSubnetFeed(c, reg.HasSynced), nil
 }
 
 // MarkSynced makes a ledger that is fed by hand (tests, benchmarks) report

@@ -94,6 +94,13 @@ type claim struct {
 
 	// reason is the Ready condition's reason in status, for reporting.
 	reason string
+
+	// What the Subnet controller reads of a Subnet besides the facts above
+	// (nothing else keeps Subnets in memory: the ledger is their only
+	// store). Unset for a child pool's claim.
+	generation int64
+	deleting   bool
+	status     *ipamv1.SubnetStatus // nil while the status is empty
 }
 
 // holds is the range the claim holds, as decided: the grant being written,
@@ -310,6 +317,12 @@ func subnetFacts(s *ipamv1.Subnet) *claim {
 		rv:           s.ResourceVersion,
 		created:      s.CreationTimestamp.Time,
 		prefixLength: -1,
+		generation:   s.Generation,
+		deleting:     s.DeletionTimestamp != nil,
+	}
+	if st := s.Status; st.CIDR != "" || st.Addresses != "" || st.ObservedGeneration != 0 || len(st.Conditions) > 0 {
+		// A copy, so that the decoded object it came from is not kept.
+		c.status = s.Status.DeepCopy()
 	}
 	if s.Spec.CIDR != "" {
 		p, err := ipspace.ParsePrefix(s.Spec.CIDR)
@@ -423,6 +436,7 @@ func (n *namespace) upsertClaim(next *claim) change {
 		s.count(old.key, next.reason, +1)
 	}
 	old.held, old.reason, old.created, old.rv = next.held, next.reason, next.created, next.rv
+	old.generation, old.deleting, old.status = next.generation, next.deleting, next.status
 	n.indexClaim(s, old, true)
 	ch = ch.merge(n.refit(s, old))
 	s.noteWaiting(old)

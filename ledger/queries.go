@@ -6,6 +6,10 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
@@ -340,4 +344,70 @@ func (l *Ledger) Seen(namespace, name string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return c.seen, true
+}
+
+// Subnet returns what the ledger knows of a Subnet as an object: its name,
+// UID, resourceVersion, generation, creation and deletion, its spec as
+// parsed (spec.cidr in canonical form) and a copy of its status as the API
+// shows it. The ledger is the manager's only store of Subnets (the
+// informer's cache would hold a second copy of each), so this is what the
+// Subnet controller reads. False if the ledger does not know the Subnet.
+func (l *Ledger) Subnet(namespace, name string) (*ipamv1.Subnet, bool) {
+	n := l.ns(namespace, false)
+	if n == nil {
+		return nil, false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	c := n.claims[SubnetKey(name)]
+	if c == nil {
+		return nil, false
+	}
+	return c.subnet(namespace), true
+}
+
+// Subnets calls fn with every Subnet the ledger knows (see Subnet), one
+// namespace at a time under its read lock: fn must not call the ledger.
+func (l *Ledger) Subnets(fn func(*ipamv1.Subnet)) {
+	l.mu.RLock()
+	namespaces := make([]*namespace, 0, len(l.namespaces))
+	for _, n := range l.namespaces {
+		namespaces = append(namespaces, n)
+	}
+	l.mu.RUnlock()
+	for _, n := range namespaces {
+		n.mu.RLock()
+		for key, c := range n.claims {
+			if key.Kind() == statuscalc.KindSubnet {
+				fn(c.subnet(n.name))
+			}
+		}
+		n.mu.RUnlock()
+	}
+}
+
+// subnet rebuilds a Subnet claim's object. The caller holds the lock.
+func (c *claim) subnet(namespace string) *ipamv1.Subnet {
+	s := &ipamv1.Subnet{
+		TypeMeta: metav1.TypeMeta{APIVersion: ipamv1.GroupVersion.String(), Kind: statuscalc.KindSubnet},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace, Name: c.key.Name(), UID: c.uid, ResourceVersion: c.rv,
+			Generation: c.generation, CreationTimestamp: metav1.NewTime(c.created),
+		},
+		Spec: ipamv1.SubnetSpec{PoolRef: c.pool},
+	}
+	if c.deleting {
+		// When is not recorded; nothing reads it.
+		s.DeletionTimestamp = &metav1.Time{}
+	}
+	if c.requested.IsValid() {
+		s.Spec.CIDR = c.requested.String()
+	}
+	if c.prefixLength >= 0 {
+		s.Spec.PrefixLength = ptr.To(int32(c.prefixLength))
+	}
+	if c.status != nil {
+		c.status.DeepCopyInto(&s.Status)
+	}
+	return s
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	"go4.org/netipx"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -22,6 +25,7 @@ import (
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	"github.com/subnet-operator/subnet-operator/ipspace"
+	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
@@ -36,20 +40,22 @@ const (
 
 // Auditor checks, periodically and on the leader, the invariant the arbiter
 // maintains: no two Ready claims of a pool overlap, and every Ready claim
-// lies inside its pool and off its reserved ranges. It reads the objects
-// from the cache, not the ledger, and checks them with code of its own, so a
-// bug in the arbiter cannot hide from it. It is the one deliberate periodic
+// lies inside its pool and off its reserved ranges. It reads what the API
+// shows (pools from the cache; Subnets' statuses as the ledger stores them,
+// never the arbiter's facts or decisions) and checks them with code of its
+// own, so a bug in the arbiter cannot hide from it. It is the one deliberate periodic
 // pass in the operator: it looks for what no event would announce.
 type Auditor struct {
 	Client   client.Client
+	Ledger   *ledger.Ledger
 	Recorder recorder.EventRecorder
 	Interval time.Duration
 }
 
 // SetupWithManager adds the auditor to the manager as a leader-only runnable.
 func (a *Auditor) SetupWithManager(mgr ctrl.Manager) error {
-	if a.Client == nil || a.Recorder == nil || a.Interval <= 0 {
-		return errors.New("the auditor needs a client, an event recorder and a positive interval")
+	if a.Client == nil || a.Ledger == nil || a.Recorder == nil || a.Interval <= 0 {
+		return errors.New("the auditor needs a client, a ledger, an event recorder and a positive interval")
 	}
 	auditMetricsOnce()
 	return mgr.Add(a)
@@ -84,21 +90,20 @@ type Finding struct {
 }
 
 // Audit runs one pass: it sets the violation gauges and records an event on
-// each offending object. It only reads the listed objects, so it lists the
-// cache's own copies: a deep copy of every Subnet (100k of them) per pass
-// would be garbage for nothing.
+// each offending object. Subnets come from the ledger's store, where the
+// Subnet feed keeps each one's status as the API shows it (not the
+// arbiter's decisions); pools from the cache. The cache's own copies are
+// listed: a deep copy of every pool per pass would be garbage for nothing.
 func (a *Auditor) Audit(ctx context.Context) error {
-	var subnets ipamv1.SubnetList
-	if err := a.Client.List(ctx, &subnets, client.UnsafeDisableDeepCopy); err != nil {
-		auditRuns.WithLabelValues("error").Inc()
-		return err
-	}
 	var pools ipamv1.SubnetPoolList
 	if err := a.Client.List(ctx, &pools, client.UnsafeDisableDeepCopy); err != nil {
 		auditRuns.WithLabelValues("error").Inc()
 		return err
 	}
-	findings := Check(subnets.Items, pools.Items)
+	subnets := func(yield func(*ipamv1.Subnet) bool) {
+		a.Ledger.Subnets(func(s *ipamv1.Subnet) { yield(s) })
+	}
+	findings := Check(subnets, pools.Items)
 	counts := map[string]int{ViolationOverlap: 0, ViolationOutside: 0}
 	for _, f := range findings {
 		counts[f.Type]++
@@ -114,16 +119,28 @@ func (a *Auditor) Audit(ctx context.Context) error {
 	return nil
 }
 
-// held is a Ready claim's range and its object.
+// held is a Ready claim's range and whose it is. Only names are kept, so a
+// pass over 100k Subnets holds no object of theirs.
 type held struct {
 	prefix netip.Prefix
 	kind   string
-	object client.Object
+	name   string
+	uid    types.UID
+}
+
+// object returns a reference to the claim's object, for its event.
+func (h held) object(namespace string) client.Object {
+	meta := metav1.ObjectMeta{Namespace: namespace, Name: h.name, UID: h.uid}
+	if h.kind == statuscalc.KindSubnetPool {
+		return &ipamv1.SubnetPool{ObjectMeta: meta}
+	}
+	return &ipamv1.Subnet{ObjectMeta: meta}
 }
 
 // Check finds the violations among the given objects: Ready Subnets and
 // granted child pools, per pool, against the pool's range and each other.
-func Check(subnets []ipamv1.Subnet, pools []ipamv1.SubnetPool) []Finding {
+// subnets is read once; it may yield the same object each time.
+func Check(subnets iter.Seq[*ipamv1.Subnet], pools []ipamv1.SubnetPool) []Finding {
 	type poolKey struct{ ns, name string }
 	byPool := map[poolKey][]held{}
 	poolsByKey := map[poolKey]*ipamv1.SubnetPool{}
@@ -133,18 +150,17 @@ func Check(subnets []ipamv1.Subnet, pools []ipamv1.SubnetPool) []Finding {
 		if p.Spec.ParentRef != "" && p.Status.CIDR != "" {
 			if r, err := ipspace.ParsePrefix(p.Status.CIDR); err == nil {
 				k := poolKey{p.Namespace, p.Spec.ParentRef}
-				byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnetPool, p})
+				byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnetPool, p.Name, p.UID})
 			}
 		}
 	}
-	for i := range subnets {
-		s := &subnets[i]
+	for s := range subnets {
 		if !meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady) || s.Status.CIDR == "" {
 			continue
 		}
 		if r, err := ipspace.ParsePrefix(s.Status.CIDR); err == nil {
 			k := poolKey{s.Namespace, s.Spec.PoolRef}
-			byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnet, s})
+			byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnet, s.Name, s.UID})
 		}
 	}
 
@@ -170,11 +186,11 @@ func Check(subnets []ipamv1.Subnet, pools []ipamv1.SubnetPool) []Finding {
 				continue // ClaimsOutside reported, or an unparseable range the pool reports
 			}
 			if rules == nil {
-				findings = append(findings, Finding{ViolationOutside, c.object,
-					fmt.Sprintf("%s %s/%s holds %s but its pool %s/%s does not exist", c.kind, k.ns, c.object.GetName(), c.prefix, k.ns, k.name)})
+				findings = append(findings, Finding{ViolationOutside, c.object(k.ns),
+					fmt.Sprintf("%s %s/%s holds %s but its pool %s/%s does not exist", c.kind, k.ns, c.name, c.prefix, k.ns, k.name)})
 			} else if v := rules.CheckRange(c.prefix, false); v != nil {
-				findings = append(findings, Finding{ViolationOutside, c.object,
-					fmt.Sprintf("%s %s/%s holds %s, which %s", c.kind, k.ns, c.object.GetName(), c.prefix, v.Detail)})
+				findings = append(findings, Finding{ViolationOutside, c.object(k.ns),
+					fmt.Sprintf("%s %s/%s holds %s, which %s", c.kind, k.ns, c.name, c.prefix, v.Detail)})
 			}
 		}
 		// Sorted by address, a range overlaps an earlier one exactly when it
@@ -186,9 +202,9 @@ func Check(subnets []ipamv1.Subnet, pools []ipamv1.SubnetPool) []Finding {
 			c := &claims[i]
 			if furthest != nil && furthest.prefix.Addr().BitLen() == c.prefix.Addr().BitLen() &&
 				!netipx.PrefixLastIP(furthest.prefix).Less(c.prefix.Addr()) {
-				findings = append(findings, Finding{ViolationOverlap, c.object,
+				findings = append(findings, Finding{ViolationOverlap, c.object(k.ns),
 					fmt.Sprintf("%s %s/%s holds %s, which overlaps %s %s/%s (%s), also Ready",
-						c.kind, k.ns, c.object.GetName(), c.prefix, furthest.kind, k.ns, furthest.object.GetName(), furthest.prefix)})
+						c.kind, k.ns, c.name, c.prefix, furthest.kind, k.ns, furthest.name, furthest.prefix)})
 			}
 			if furthest == nil || furthest.prefix.Addr().BitLen() != c.prefix.Addr().BitLen() ||
 				netipx.PrefixLastIP(furthest.prefix).Less(netipx.PrefixLastIP(c.prefix)) {

@@ -38,7 +38,7 @@ func TestAuditCheck(t *testing.T) {
 		pending, // not Ready: not checked
 	}
 	var got []string
-	for _, f := range Check(subnets, []ipamv1.SubnetPool{pool, granted}) {
+	for _, f := range Check(values(subnets), []ipamv1.SubnetPool{pool, granted}) {
 		got = append(got, f.Type+": "+f.Message)
 	}
 	want := []string{
@@ -66,11 +66,21 @@ func TestAuditCheckTrustsAReportedClaimsOutside(t *testing.T) {
 		readySubnet("a", "twin", "p", "10.0.0.0/26"),
 	}
 	var got []string
-	for _, f := range Check(subnets, []ipamv1.SubnetPool{pool}) {
+	for _, f := range Check(values(subnets), []ipamv1.SubnetPool{pool}) {
 		got = append(got, f.Type+": "+f.Message)
 	}
 	want := []string{"overlap: Subnet a/twin holds 10.0.0.0/26, which overlaps Subnet a/raced (10.0.0.0/26), also Ready"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+}
+
+func values(subnets []ipamv1.Subnet) func(func(*ipamv1.Subnet) bool) {
+	return func(yield func(*ipamv1.Subnet) bool) {
+		for i := range subnets {
+			if !yield(&subnets[i]) {
+				return
+			}
+		}
 	}
 }

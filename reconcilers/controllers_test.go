@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,10 +57,21 @@ func newFixture(t *testing.T, funcs interceptor.Funcs) *fixture {
 	c := fake.NewClientBuilder().WithScheme(scheme).
 		WithObjects(pool.DeepCopy(), sub.DeepCopy()).
 		WithStatusSubresource(&ipamv1.Subnet{}, &ipamv1.SubnetPool{}).
-		WithIndex(&ipamv1.Subnet{}, IndexSubnetPoolRef, subnetPoolRef).
+		// The API server's selectable field, which the fake client serves
+		// as an index.
+		WithIndex(&ipamv1.Subnet{}, FieldSubnetPoolRef, func(o client.Object) []string {
+			return []string{o.(*ipamv1.Subnet).Spec.PoolRef}
+		}).
 		WithIndex(&ipamv1.SubnetPool{}, IndexPoolParentRef, poolParentRef).
 		WithInterceptorFuncs(funcs).
 		Build()
+	// The ledger gets the objects as stored (with their resourceVersions),
+	// as the feed would deliver them.
+	for _, o := range []client.Object{pool, sub} {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+			t.Fatal(err)
+		}
+	}
 	l := ledger.New()
 	l.MarkSynced()
 	l.ApplyPool(pool, ledger.Created, nil)
@@ -97,20 +110,12 @@ func TestSubnetReconcileWritesTheDecision(t *testing.T) {
 	}
 }
 
-// A reconcile that runs before the informer shows our status write (a
-// wake from another claim's event, at one client) must not write the same
-// grant again, nor announce it twice.
+// A reconcile that runs before the feed shows our status write (a wake
+// from another claim's event, at one client) must not write the same grant
+// again, nor announce it twice. The ledger here never sees the write.
 func TestSubnetReconcileDoesNotRewriteWhileTheCacheLags(t *testing.T) {
-	var lagging *ipamv1.Subnet // what the cache shows while it lags
 	patches := 0
 	f := newFixture(t, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if s, ok := obj.(*ipamv1.Subnet); ok && lagging != nil {
-				lagging.DeepCopyInto(s)
-				return nil
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			if _, ok := obj.(*ipamv1.Subnet); ok {
 				patches++
@@ -119,11 +124,6 @@ func TestSubnetReconcileDoesNotRewriteWhileTheCacheLags(t *testing.T) {
 		},
 	})
 	ctx := context.Background()
-	var before ipamv1.Subnet
-	if err := f.client.Get(ctx, client.ObjectKeyFromObject(f.subnet), &before); err != nil {
-		t.Fatal(err)
-	}
-	lagging = &before // the cache never shows the write below
 	r := f.subnetReconciler()
 	for range 2 {
 		if _, err := r.Reconcile(ctx, reqFor(f.subnet)); err != nil {
@@ -518,5 +518,38 @@ func TestLastWritesForgetsAWriteTheInformerDelivered(t *testing.T) {
 	w.seen(subnet("10"))
 	if len(w.objects) != 0 {
 		t.Errorf("kept a delivered write: %v", w.objects)
+	}
+}
+
+// A bulk create is not turned into as many Allocated events: past the
+// burst they are skipped and counted. The status is written for each.
+func TestAllocatedEventsArePaced(t *testing.T) {
+	f := newFixture(t, interceptor.Funcs{})
+	second := f.subnet.DeepCopy()
+	second.Name, second.UID, second.ResourceVersion = "db", "uid-db", ""
+	if err := f.client.Create(context.Background(), second); err != nil {
+		t.Fatal(err)
+	}
+	f.ledger.ApplySubnet(second, ledger.Created, nil)
+	r := f.subnetReconciler()
+	r.allocatedEvents = rate.NewLimiter(0, 1) // one, then none
+	skippedBefore := testutil.ToFloat64(allocatedEventsSkipped)
+	for _, s := range []*ipamv1.Subnet{f.subnet, second} {
+		if _, err := r.Reconcile(context.Background(), reqFor(s)); err != nil {
+			t.Fatal(err)
+		}
+		var got ipamv1.Subnet
+		if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(s), &got); err != nil {
+			t.Fatal(err)
+		}
+		if !meta.IsStatusConditionTrue(got.Status.Conditions, ipamv1.ConditionReady) {
+			t.Errorf("%s not Ready: %+v", s.Name, got.Status)
+		}
+	}
+	if n := len(f.recorder.Events); n != 1 {
+		t.Errorf("%d events; want 1", n)
+	}
+	if d := testutil.ToFloat64(allocatedEventsSkipped) - skippedBefore; d != 1 {
+		t.Errorf("skipped counter moved by %v; want 1", d)
 	}
 }

@@ -47,6 +47,10 @@ var (
 		Name: "subnet_operator_arbitration_conflicts_total",
 		Help: "Claims the arbiter declared losers (Ready=False, reason Overlaps).",
 	})
+	allocatedEventsSkipped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "subnet_operator_allocated_events_skipped_total",
+		Help: "Allocated events not recorded because Subnets were allocated faster than 5 per second after a burst of 100 (each Subnet's status and the allocation metrics still record every allocation).",
+	})
 	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "subnet_operator_status_writes_total",
 		Help: "Status writes to the API server, by kind and result (success, conflict, error).",
@@ -140,7 +144,7 @@ var registerOnce sync.Once
 func registerMetrics(l *ledger.Ledger) {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(parentRequeues, parentReconcileDuration, parentReconcileInflight, poolStatusCompute,
-			allocationDuration, arbitrationConflicts, statusWrites, &poolCollector{ledger: l})
+			allocationDuration, arbitrationConflicts, allocatedEventsSkipped, statusWrites, &poolCollector{ledger: l})
 		// Every known label value is exported at zero from the start. A
 		// series that first appears with the count of a whole burst has no
 		// increase to show (rate() needs an earlier sample), and an error

@@ -133,10 +133,11 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 	if _, subnets, children := r.Ledger.Users(p.Namespace, p.Name, 0); subnets+children > 0 {
 		return false, nil // Terminating: the status says what it waits for
 	}
-	// The ledger says nothing uses it; confirm with the cache's indexes
-	// before the irreversible step.
+	// The ledger says nothing uses it; confirm before the irreversible
+	// step: Subnets with the API server (they are not cached), child pools
+	// with the cache's index.
 	var subnets ipamv1.SubnetList
-	if err := r.Client.List(ctx, &subnets, client.InNamespace(p.Namespace), client.MatchingFields{IndexSubnetPoolRef: p.Name}, client.Limit(1)); err != nil {
+	if err := r.APIReader.List(ctx, &subnets, client.InNamespace(p.Namespace), client.MatchingFields{FieldSubnetPoolRef: p.Name}, client.Limit(1)); err != nil {
 		return false, err
 	}
 	var children ipamv1.SubnetPoolList
@@ -144,7 +145,7 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 		return false, err
 	}
 	if len(subnets.Items)+len(children.Items) > 0 {
-		return false, fmt.Errorf("the ledger and the cache disagree on the users of SubnetPool %s/%s; retrying", p.Namespace, p.Name)
+		return false, fmt.Errorf("the ledger and the API disagree on the users of SubnetPool %s/%s; retrying", p.Namespace, p.Name)
 	}
 	logf.FromContext(ctx).Info("SubnetPool no longer in use; releasing it", "subnetpool", client.ObjectKeyFromObject(p))
 	return true, client.IgnoreNotFound(r.patchFinalizers(ctx, p, func(p *ipamv1.SubnetPool) bool {

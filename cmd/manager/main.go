@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -147,12 +148,11 @@ func run(ctx context.Context, f flags) error {
 		LeaseDuration:           &f.leaseDuration,
 		RenewDeadline:           &f.renewDeadline,
 		RetryPeriod:             &f.retryPeriod,
-		// The cache holds only what the manager reads: the ledger creates
-		// the Subnet and SubnetPool informers, and a read of any other kind
-		// fails instead of quietly starting a cluster-wide informer (no
-		// Secrets, no Events; the Lease has its own client).
-		// Cached objects are trimmed (trimCachedObject): at 100k Subnets
-		// the cache is most of the manager's memory.
+		// The cache holds only what the manager reads: SubnetPools (the
+		// ledger's informer); Subnets are fed to the ledger by a reflector
+		// of their own and never cached (ledger.SubnetFeed). A read of any
+		// other kind fails instead of quietly starting a cluster-wide
+		// informer (no Secrets, no Events; the Lease has its own client).
 		Cache: cache.Options{
 			ReaderFailOnMissingInformer: true,
 			DefaultTransform:            trimCachedObject,
@@ -166,8 +166,18 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("registering field indexes: %w", err)
 	}
 	l := ledger.New()
-	if err := l.Feed(ctx, mgr.GetCache()); err != nil {
+	// Subnets reach the ledger from a reflector of their own, not through
+	// the cache: the ledger is their only store (ledger.SubnetFeed).
+	subnetClient, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return err
+	}
+	feed, err := l.Feed(ctx, mgr.GetCache(), subnetClient)
+	if err != nil {
 		return fmt.Errorf("feeding the ledger: %w", err)
+	}
+	if err := mgr.Add(feed); err != nil {
+		return err
 	}
 	if err := webhooks.Setup(mgr, l, mgr.GetAPIReader(), webhooks.Options{FreshnessTimeout: f.freshnessTimeout}); err != nil {
 		return err
@@ -199,7 +209,7 @@ func run(ctx context.Context, f flags) error {
 
 	if f.auditInterval > 0 {
 		if err := (&reconcilers.Auditor{
-			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("subnet-operator-audit"), Interval: f.auditInterval,
+			Client: mgr.GetClient(), Ledger: l, Recorder: mgr.GetEventRecorder("subnet-operator-audit"), Interval: f.auditInterval,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("auditor: %w", err)
 		}
@@ -233,15 +243,12 @@ func withWorkers(o reconcilers.Options, workers int) reconcilers.Options {
 }
 
 // trimCachedObject drops from cached objects what the manager never reads
-// and never writes back: managedFields (most of an object's size),
+// and never writes back: managedFields (most of an object's size) and
 // kubectl's last-applied-configuration annotation (a second copy of the
-// spec on every object created with kubectl apply), and a Subnet's labels
-// and annotations (nothing in the manager selects Subnets by label or reads
-// their annotations; at 100k Subnets the one-entry label map the defaulting
-// webhook adds costs ~30 MiB). Pools keep theirs: the recompute annotation
-// is a trigger. Safe because every write the manager makes is a patch of a
-// field it owns (status, the pool finalizer), computed against the cached
-// object, so absent fields are never sent.
+// spec on every object created with kubectl apply). Other annotations stay:
+// the recompute annotation is a trigger. Safe because every write the
+// manager makes is a patch of a field it owns (status, the pool finalizer),
+// computed against the cached object, so absent fields are never sent.
 func trimCachedObject(in any) (any, error) {
 	obj, err := meta.Accessor(in)
 	if err != nil {
@@ -249,11 +256,6 @@ func trimCachedObject(in any) (any, error) {
 	}
 	if obj.GetManagedFields() != nil { // nil check: kubernetes/kubernetes#124337
 		obj.SetManagedFields(nil)
-	}
-	if _, isSubnet := in.(*ipamv1.Subnet); isSubnet {
-		obj.SetLabels(nil)
-		obj.SetAnnotations(nil)
-		return in, nil
 	}
 	// The object is fresh from the decoder and not shared yet: trim in place.
 	delete(obj.GetAnnotations(), corev1.LastAppliedConfigAnnotation)

@@ -1,0 +1,161 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// SubnetFeed lists and watches Subnets straight into the ledger: the
+// ledger is the reflector's store, and no informer cache holds the objects
+// beside it. At 100k Subnets a cache of typed objects with its indexes was
+// about as large as everything else in the manager together, and every
+// reader of Subnets in the manager reads the ledger anyway (the Subnet
+// controller through Ledger.Subnet, the auditor through Ledger.Subnets).
+//
+// The reflector is client-go's: the same list, watch, resume from the last
+// resourceVersion, relist after "too old" and back-off as an informer's.
+// Its store calls arrive on one goroutine, in watch order, as an informer
+// handler's do.
+type SubnetFeed struct {
+	reflector *toolscache.Reflector
+}
+
+// newSubnetFeed returns the feed of l's Subnets from the API server, read
+// with c. It runs (Start) on every replica: the webhooks need it as much as
+// the controllers. l reports itself synced once the feed has stored its
+// first list and synced() holds (the pool informer).
+func (l *Ledger) newSubnetFeed(c client.WithWatch, synced func() bool) *SubnetFeed {
+	store := &subnetStore{ledger: l}
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list := &ipamv1.SubnetList{}
+			return list, c.List(ctx, list, &client.ListOptions{Raw: &opts})
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, &ipamv1.SubnetList{}, &client.ListOptions{Raw: &opts})
+		},
+	}
+	l.freshMu.Lock()
+	l.synced = func() bool { return store.listed.Load() && synced() }
+	l.freshMu.Unlock()
+	return &SubnetFeed{reflector: toolscache.NewReflectorWithOptions(lw, &ipamv1.Subnet{}, store, toolscache.ReflectorOptions{Name: "subnets (ledger)"})}
+}
+
+// Start runs the feed until ctx ends.
+func (f *SubnetFeed) Start(ctx context.Context) error {
+	f.reflector.RunWithContext(ctx)
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica feeds its ledger.
+func (f *SubnetFeed) NeedLeaderElection() bool { return false }
+
+// subnetStore is the reflector's store: each call applies to the ledger
+// what an informer's handler would have.
+type subnetStore struct {
+	ledger *Ledger
+	listed atomic.Bool // the first list is stored
+}
+
+var (
+	_ toolscache.ReflectorStore         = &subnetStore{}
+	_ toolscache.ReflectorBookmarkStore = &subnetStore{}
+)
+
+func (s *subnetStore) Add(obj any) error {
+	sub, ok := obj.(*ipamv1.Subnet)
+	if !ok {
+		return fmt.Errorf("not a Subnet: %T", obj)
+	}
+	s.ledger.ApplySubnet(sub, Created, nil)
+	return nil
+}
+
+func (s *subnetStore) Update(obj any) error {
+	sub, ok := obj.(*ipamv1.Subnet)
+	if !ok {
+		return fmt.Errorf("not a Subnet: %T", obj)
+	}
+	s.ledger.ApplySubnet(sub, Updated, nil)
+	return nil
+}
+
+func (s *subnetStore) Delete(obj any) error {
+	s.ledger.DeleteSubnet(obj)
+	return nil
+}
+
+// Replace stores a full list (the first, and each relist after the watch
+// fell too far behind): what is new is created, what changed is updated,
+// what is no longer listed is deleted (as a tombstone, the way an informer
+// reports a delete its watch missed). Objects listed unchanged, at the
+// resourceVersion the ledger holds, make no event: a relist at 100k
+// Subnets does not requeue them all.
+func (s *subnetStore) Replace(items []any, resourceVersion string) error {
+	listed := make(map[Object]struct{}, len(items))
+	var errs []error
+	for _, item := range items {
+		sub, ok := item.(*ipamv1.Subnet)
+		if !ok {
+			errs = append(errs, fmt.Errorf("not a Subnet: %T", item))
+			continue
+		}
+		listed[Object{sub.Namespace, sub.Name}] = struct{}{}
+		rv, known := s.ledger.subnetVersion(sub.Namespace, sub.Name)
+		switch {
+		case !known:
+			s.ledger.ApplySubnet(sub, Created, nil)
+		case rv != sub.ResourceVersion:
+			s.ledger.ApplySubnet(sub, Updated, nil)
+		}
+	}
+	var gone []*ipamv1.Subnet
+	s.ledger.Subnets(func(sub *ipamv1.Subnet) {
+		if _, ok := listed[Object{sub.Namespace, sub.Name}]; !ok {
+			gone = append(gone, sub)
+		}
+	})
+	for _, sub := range gone {
+		s.ledger.DeleteSubnet(toolscache.DeletedFinalStateUnknown{Key: sub.Namespace + "/" + sub.Name, Obj: sub})
+	}
+	s.ledger.noteChange(statuscalc.KindSubnet, resourceVersion)
+	s.listed.Store(true)
+	return errors.Join(errs...)
+}
+
+// Bookmark moves the ledger's freshness mark: the watch has delivered every
+// Subnet event up to resourceVersion.
+func (s *subnetStore) Bookmark(resourceVersion string) error {
+	s.ledger.noteChange(statuscalc.KindSubnet, resourceVersion)
+	return nil
+}
+
+// Resync has nothing to do: the ledger is not a queue.
+func (s *subnetStore) Resync() error { return nil }
+
+// subnetVersion returns the resourceVersion of the Subnet the ledger holds.
+func (l *Ledger) subnetVersion(namespace, name string) (string, bool) {
+	n := l.ns(namespace, false)
+	if n == nil {
+		return "", false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	c := n.claims[SubnetKey(name)]
+	if c == nil {
+		return "", false
+	}
+	return c.rv, true
+}

@@ -1,0 +1,117 @@
+package ledger
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+func withVersion(s *ipamv1.Subnet, rv string) *ipamv1.Subnet {
+	s = s.DeepCopy()
+	s.ResourceVersion = rv
+	return s
+}
+
+// The feed's store turns a (re)list into the events an informer would have
+// made, without an event for what did not change, and reports the ledger
+// synced only after the first list.
+func TestSubnetStoreReplace(t *testing.T) {
+	l := New()
+	store := &subnetStore{ledger: l}
+	l.synced = func() bool { return store.listed.Load() }
+	l.ApplyPool(rootPool("p", "10.0.0.0/16", 24), Created, nil)
+	var events []string
+	l.Subscribe(func(e Event) {
+		if e.Kind == statuscalc.KindSubnet {
+			if _, tomb := e.Object.(toolscache.DeletedFinalStateUnknown); tomb {
+				events = append(events, string(e.Type)+" "+e.Name+" (tombstone)")
+			} else {
+				events = append(events, string(e.Type)+" "+e.Name)
+			}
+		}
+	})
+	if l.Synced() {
+		t.Fatal("synced before the first list")
+	}
+
+	kept := withVersion(ready(dynamic("kept", "p", 24, 1), "10.0.0.0/24"), "10")
+	changed := withVersion(dynamic("changed", "p", 24, 2), "11")
+	gone := withVersion(ready(dynamic("gone", "p", 24, 3), "10.0.1.0/24"), "12")
+	if err := store.Replace([]any{kept, changed, gone}, "12"); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Synced() {
+		t.Error("not synced after the first list")
+	}
+
+	// The watch fell behind; the relist shows one change, one new Subnet,
+	// and one delete the watch missed.
+	events = nil
+	changedNow := withVersion(ready(dynamic("changed", "p", 24, 2), "10.0.2.0/24"), "20")
+	added := withVersion(dynamic("added", "p", 24, 4), "21")
+	if err := store.Replace([]any{withVersion(kept, "10"), changedNow, added}, "30"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"update changed", "create added", "delete gone (tombstone)"}
+	if diff := cmp.Diff(want, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if _, ok := l.Subnet(ns, "gone"); ok {
+		t.Error("a Subnet missing from the relist is still known")
+	}
+	if figures, _ := l.PoolFigures(ns, "p"); figures.Usage.Held.String() != "512" {
+		t.Errorf("the pool holds %s addresses; want 512 (kept and changed)", figures.Usage.Held)
+	}
+	if !l.CaughtUp(Watermark{Kind: statuscalc.KindSubnet, Namespace: ns, ResourceVersion: "30", Count: -1}) {
+		t.Error("the list's resourceVersion did not move the freshness mark")
+	}
+	if err := store.Bookmark("40"); err != nil {
+		t.Fatal(err)
+	}
+	if !l.CaughtUp(Watermark{Kind: statuscalc.KindSubnet, Namespace: ns, ResourceVersion: "40", Count: -1}) {
+		t.Error("a bookmark did not move the freshness mark")
+	}
+}
+
+// The ledger is the Subnet controller's store: what it returns must be the
+// object as the API showed it, in everything the controller reads, and a
+// copy the caller may change.
+func TestSubnetViewIsTheObjectAsDelivered(t *testing.T) {
+	l := New()
+	s := withVersion(ready(explicit("web", "p", "10.0.4.0/24", 1), "10.0.4.0/24"), "7")
+	s.Generation = 3
+	s.Status.ObservedGeneration = 3
+	s.Status.Addresses = "256"
+	s.Status.Conditions[0].Message = "Holds 10.0.4.0/24"
+	s.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0)
+	now := metav1.NewTime(t0)
+	s.DeletionTimestamp = &now
+	l.ApplySubnet(s, Created, nil)
+
+	got, ok := l.Subnet(ns, "web")
+	if !ok {
+		t.Fatal("unknown")
+	}
+	if got.UID != s.UID || got.ResourceVersion != "7" || got.Generation != 3 || got.DeletionTimestamp == nil ||
+		!got.CreationTimestamp.Equal(&s.CreationTimestamp) || got.Spec.PoolRef != "p" || got.Spec.CIDR != "10.0.4.0/24" {
+		t.Errorf("view %+v", got)
+	}
+	if !equality.Semantic.DeepEqual(got.Status, s.Status) {
+		t.Errorf("status %+v; want %+v", got.Status, s.Status)
+	}
+	got.Status.Conditions[0].Reason = "Changed"
+	if again, _ := l.Subnet(ns, "web"); again.Status.Conditions[0].Reason != ipamv1.ReasonAllocated {
+		t.Error("the view shares its status with the ledger")
+	}
+	dyn := dynamic("d", "p", 26, 2)
+	l.ApplySubnet(dyn, Created, nil)
+	if got, _ := l.Subnet(ns, "d"); got.Spec.PrefixLength == nil || *got.Spec.PrefixLength != 26 || got.Spec.CIDR != "" {
+		t.Errorf("dynamic view spec %+v", got.Spec)
+	}
+}
