@@ -343,7 +343,7 @@ func (l *Ledger) Seen(namespace, name string) (time.Time, bool) {
 	if c == nil {
 		return time.Time{}, false
 	}
-	return c.seen, true
+	return time.Unix(0, c.seen), true
 }
 
 // Subnet returns what the ledger knows of a Subnet as an object: its name,
@@ -406,8 +406,6 @@ func (c *claim) subnet(namespace string) *ipamv1.Subnet {
 	if c.prefixLength >= 0 {
 		s.Spec.PrefixLength = ptr.To(int32(c.prefixLength))
 	}
-	if c.status != nil {
-		c.status.DeepCopyInto(&s.Status)
-	}
+	s.Status = c.subnetStatus()
 	return s
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -113,5 +114,43 @@ func TestSubnetViewIsTheObjectAsDelivered(t *testing.T) {
 	l.ApplySubnet(dyn, Created, nil)
 	if got, _ := l.Subnet(ns, "d"); got.Spec.PrefixLength == nil || *got.Spec.PrefixLength != 26 || got.Spec.CIDR != "" {
 		t.Errorf("dynamic view spec %+v", got.Spec)
+	}
+}
+
+// Most statuses are kept compactly (the form the controller writes); any
+// other is kept whole. Either way the view shows exactly what the API
+// showed: the controller compares its write with it, and a difference
+// would make it write again on every event.
+func TestSubnetViewKeepsEveryStatusExactly(t *testing.T) {
+	at := metav1.NewTime(t0.Add(90 * time.Second))
+	readyCond := metav1.Condition{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, ObservedGeneration: 2,
+		LastTransitionTime: at, Reason: ipamv1.ReasonAllocated, Message: "Holds 10.0.4.0/24"}
+	waiting := readyCond
+	waiting.Status, waiting.Reason, waiting.Message = metav1.ConditionFalse, ipamv1.ReasonPoolExhausted, "no /24 left"
+	other := metav1.Condition{Type: "Audited", Status: metav1.ConditionTrue, LastTransitionTime: at, Reason: "Fine"}
+	for name, st := range map[string]ipamv1.SubnetStatus{
+		"empty":               {},
+		"ready":               {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{readyCond}},
+		"waiting":             {ObservedGeneration: 2, Conditions: []metav1.Condition{waiting}},
+		"another condition":   {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{readyCond, other}},
+		"older generation":    {ObservedGeneration: 1, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{readyCond}},
+		"hand-written count":  {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "255", Conditions: []metav1.Condition{readyCond}},
+		"range while waiting": {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{waiting}},
+		"no condition":        {ObservedGeneration: 2, CIDR: "10.0.4.0/24"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := New()
+			s := explicit("web", "p", "10.0.4.0/24", 1)
+			s.Status = st
+			l.ApplySubnet(s, Created, nil)
+			got, _ := l.Subnet(ns, "web")
+			if !equality.Semantic.DeepEqual(got.Status, st) {
+				t.Errorf("status %+v\nwant %+v", got.Status, st)
+			}
+			c := l.ns(ns, false).claims[SubnetKey("web")]
+			if compact := name == "ready" || name == "waiting"; compact != (c.shown != nil) {
+				t.Errorf("kept compactly: %v; want %v", c.shown != nil, compact)
+			}
+		})
 	}
 }
