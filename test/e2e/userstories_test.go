@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -98,19 +101,75 @@ spec: {poolRef: team}
 	}
 }
 
-// The production install (config/default), schema-checked by a real API
-// server with cert-manager's and Prometheus Operator's CRDs installed.
-func TestDefaultInstallServerSideDryRun(t *testing.T) {
+// The production install (config/default) needs cert-manager and nothing
+// else: schema-checked by a real API server that has cert-manager's CRDs and
+// not Prometheus Operator's. Then, with Prometheus Operator's CRDs installed,
+// config/monitoring (the same install plus the ServiceMonitor, the alert rules
+// and the dashboard) is accepted too.
+func TestInstallServerSideDryRun(t *testing.T) {
 	crds, err := filepath.EvalSymlinks(filepath.Join(env.Assets, "prometheus-operator-crds"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustKubectl(t, "", "apply", "--server-side", "-f", crds)
-	mustKubectl(t, "", "wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
+	if out, _, err := kubectl(t, "", "get", "crd", "servicemonitors.monitoring.coreos.com"); err == nil {
+		t.Fatalf("Prometheus Operator's CRDs are already installed, so config/default is not checked without them:\n%s", out)
+	}
+
 	rendered := mustKubectl(t, "", "kustomize", filepath.Join(env.RepoRoot, "config", "default"))
+	if strings.Contains(rendered, "monitoring.coreos.com") {
+		t.Error("config/default renders Prometheus Operator objects")
+	}
 	out := mustKubectl(t, rendered, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-")
 	if n := strings.Count(out, "(server dry run)"); n < 20 {
-		t.Errorf("only %d objects accepted:\n%s", n, out)
+		t.Errorf("config/default: only %d objects accepted:\n%s", n, out)
+	}
+
+	mustKubectl(t, "", "apply", "--server-side", "-f", crds)
+	t.Cleanup(func() { mustKubectl(t, "", "delete", "--ignore-not-found", "--wait=true", "-f", crds) })
+	mustKubectl(t, "", "wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
+	monitoring := mustKubectl(t, "", "kustomize", filepath.Join(env.RepoRoot, "config", "monitoring"))
+	out = mustKubectl(t, monitoring, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-")
+	for _, want := range []string{"servicemonitor.monitoring.coreos.com/subnet-operator-controller-manager-metrics-monitor",
+		"prometheusrule.monitoring.coreos.com/subnet-operator-alerts", "configmap/subnet-operator-grafana-dashboard"} {
+		if !strings.Contains(out, want+" serverside-applied (server dry run)") {
+			t.Errorf("config/monitoring: %s was not accepted:\n%s", want, out)
+		}
+	}
+}
+
+// The runbook links of the alerts follow config/monitoring/runbooks.yaml:
+// a copy of config/ with another page renders every link at that page, each
+// with its alert's anchor.
+func TestRunbookPageIsConfigurable(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "config"), os.DirFS(filepath.Join(env.RepoRoot, "config"))); err != nil {
+		t.Fatal(err)
+	}
+	runbooks := filepath.Join(dir, "config", "monitoring", "runbooks.yaml")
+	data, err := os.ReadFile(runbooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const page = "https://wiki.example.test/network/subnet-operator.md"
+	edited := regexp.MustCompile(`(?m)^  page: .*$`).ReplaceAll(data, []byte("  page: "+page))
+	if bytes.Equal(edited, data) {
+		t.Fatal("runbooks.yaml has no data.page line to edit")
+	}
+	if err := os.WriteFile(runbooks, edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rendered := mustKubectl(t, "", "kustomize", filepath.Join(dir, "config", "monitoring"))
+	links := regexp.MustCompile(`runbook_url: (\S+)`).FindAllStringSubmatch(rendered, -1)
+	if len(links) < 10 {
+		t.Fatalf("only %d runbook links rendered", len(links))
+	}
+	for _, l := range links {
+		if !strings.HasPrefix(l[1], page+"#subnet") {
+			t.Errorf("runbook link %s is not at %s", l[1], page)
+		}
+	}
+	if strings.Contains(rendered, "name: runbooks") {
+		t.Error("the runbooks source (local-config) is rendered as an object")
 	}
 }
 
