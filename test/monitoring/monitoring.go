@@ -47,6 +47,8 @@ func RuleGroups(repoRoot string) ([]byte, error) {
 // Rule is one alerting rule.
 type Rule struct {
 	Group, Alert, Expr string
+	// Runbook is the runbook_url annotation.
+	Runbook string
 }
 
 // Rules lists the alerting rules of config/prometheus/rules.yaml.
@@ -59,8 +61,11 @@ func Rules(repoRoot string) ([]Rule, error) {
 		Groups []struct {
 			Name  string `json:"name"`
 			Rules []struct {
-				Alert string `json:"alert"`
-				Expr  string `json:"expr"`
+				Alert       string `json:"alert"`
+				Expr        string `json:"expr"`
+				Annotations struct {
+					RunbookURL string `json:"runbook_url"`
+				} `json:"annotations"`
 			} `json:"rules"`
 		} `json:"groups"`
 	}
@@ -70,7 +75,7 @@ func Rules(repoRoot string) ([]Rule, error) {
 	var rules []Rule
 	for _, g := range file.Groups {
 		for _, r := range g.Rules {
-			rules = append(rules, Rule{Group: g.Name, Alert: r.Alert, Expr: r.Expr})
+			rules = append(rules, Rule{Group: g.Name, Alert: r.Alert, Expr: r.Expr, Runbook: r.Annotations.RunbookURL})
 		}
 	}
 	return rules, nil

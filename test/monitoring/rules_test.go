@@ -106,6 +106,45 @@ func TestEveryAlertIsTestedBothWays(t *testing.T) {
 	}
 }
 
+// TestEveryAlertHasARunbook checks that each alert links to its own section
+// of docs/operations.md, at the page config/monitoring/runbooks.yaml names
+// (kustomize rewrites the links from it; the rules file carries the same
+// default so that it is right when used on its own).
+func TestEveryAlertHasARunbook(t *testing.T) {
+	root := repoRoot(t)
+	rules, err := Rules(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "config", "monitoring", "runbooks.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runbooks struct {
+		Data struct {
+			Page string `json:"page"`
+		} `json:"data"`
+	}
+	if err := yaml.Unmarshal(data, &runbooks); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(runbooks.Data.Page, "/docs/operations.md") {
+		t.Fatalf("config/monitoring/runbooks.yaml: page %q is not a copy of docs/operations.md", runbooks.Data.Page)
+	}
+	ops, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rules {
+		if want := runbooks.Data.Page + "#" + strings.ToLower(r.Alert); r.Runbook != want {
+			t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Runbook, want)
+		}
+		if !strings.Contains(string(ops), "\n#### "+r.Alert+"\n") {
+			t.Errorf("%s: docs/operations.md has no section \"#### %s\" for its runbook link", r.Alert, r.Alert)
+		}
+	}
+}
+
 // TestDashboardIsWellFormed checks the dashboard's structure and parses
 // every query with Prometheus' parser.
 func TestDashboardIsWellFormed(t *testing.T) {
