@@ -79,9 +79,16 @@ func (l *Ledger) noteChange(kind, resourceVersion string) {
 	l.freshMu.Unlock()
 }
 
-// ApplySubnet records a Subnet as created or updated. It is the informer
+// ApplySubnet records a Subnet as created or updated. It is the watch
 // handler's work, exported for tests and the benchmark.
 func (l *Ledger) ApplySubnet(s *ipamv1.Subnet, typ EventType, old any) {
+	l.applySubnet(s, typ, old)
+	l.noteChange(statuscalc.KindSubnet, s.ResourceVersion)
+}
+
+// applySubnet is ApplySubnet without moving the freshness mark: a relist
+// moves it once, when every listed object is applied (subnetStore.Replace).
+func (l *Ledger) applySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 	n := l.ns(s.Namespace, true)
 	n.mu.Lock()
 	prev, known := n.claims[SubnetKey(s.Name)]
@@ -95,15 +102,22 @@ func (l *Ledger) ApplySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 	released := n.upsertClaim(subnetFacts(s))
 	wake := n.wakeAfterRelease(s.Spec.PoolRef, released)
 	n.mu.Unlock()
-	l.noteChange(statuscalc.KindSubnet, s.ResourceVersion)
 	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: s, OldObject: old, Wake: wake})
 }
 
 // DeleteSubnet records a Subnet's deletion. obj may be a tombstone.
 func (l *Ledger) DeleteSubnet(obj any) {
+	if s := l.deleteSubnet(obj); s != nil {
+		l.noteChange(statuscalc.KindSubnet, s.ResourceVersion)
+	}
+}
+
+// deleteSubnet is DeleteSubnet without moving the freshness mark. It
+// returns the deleted object, nil if obj is not a Subnet.
+func (l *Ledger) deleteSubnet(obj any) *ipamv1.Subnet {
 	s, ok := unwrap[*ipamv1.Subnet](obj)
 	if !ok {
-		return
+		return nil
 	}
 	var wake []ClaimKey
 	if n := l.ns(s.Namespace, false); n != nil {
@@ -115,8 +129,8 @@ func (l *Ledger) DeleteSubnet(obj any) {
 		}
 		n.mu.Unlock()
 	}
-	l.noteChange(statuscalc.KindSubnet, s.ResourceVersion)
 	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: obj, Wake: wake})
+	return s
 }
 
 // ApplyPool records a SubnetPool as created or updated.

@@ -37,19 +37,27 @@ type SubnetFeed struct {
 // first list and synced() holds (the pool informer).
 func (l *Ledger) newSubnetFeed(c client.WithWatch, synced func() bool) *SubnetFeed {
 	store := &subnetStore{ledger: l}
-	lw := &toolscache.ListWatch{
+	lw := subnetListWatch(c)
+	l.freshMu.Lock()
+	l.synced = func() bool { return store.listed.Load() && synced() }
+	l.freshMu.Unlock()
+	return &SubnetFeed{reflector: toolscache.NewReflectorWithOptions(lw, &ipamv1.Subnet{}, store, toolscache.ReflectorOptions{Name: "subnets (ledger)"})}
+}
+
+// subnetListWatch lists and watches every Subnet with c.
+func subnetListWatch(c client.WithWatch) *toolscache.ListWatch {
+	return &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			// Limit and Continue are given again: controller-runtime takes
+			// them from these fields, not from Raw, and would drop the
+			// reflector's paging.
 			list := &ipamv1.SubnetList{}
-			return list, c.List(ctx, list, &client.ListOptions{Raw: &opts})
+			return list, c.List(ctx, list, &client.ListOptions{Raw: &opts, Limit: opts.Limit, Continue: opts.Continue})
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			return c.Watch(ctx, &ipamv1.SubnetList{}, &client.ListOptions{Raw: &opts})
 		},
 	}
-	l.freshMu.Lock()
-	l.synced = func() bool { return store.listed.Load() && synced() }
-	l.freshMu.Unlock()
-	return &SubnetFeed{reflector: toolscache.NewReflectorWithOptions(lw, &ipamv1.Subnet{}, store, toolscache.ReflectorOptions{Name: "subnets (ledger)"})}
 }
 
 // Start runs the feed until ctx ends.
@@ -98,14 +106,22 @@ func (s *subnetStore) Delete(obj any) error {
 }
 
 // Replace stores a full list (the first, and each relist after the watch
-// fell too far behind): what is new is created, what changed is updated,
-// what is no longer listed is deleted (as a tombstone, the way an informer
-// reports a delete its watch missed). Objects listed unchanged, at the
-// resourceVersion the ledger holds, make no event: a relist at 100k
-// Subnets does not requeue them all.
+// fell too far behind): what is no longer listed is deleted (as a
+// tombstone, the way an informer reports a delete its watch missed), then
+// what is new is created and what changed is updated. Objects listed
+// unchanged, at the resourceVersion the ledger holds, make no event: a
+// relist at 100k Subnets does not requeue them all.
+//
+// The freshness mark moves once, to the list's resourceVersion, after the
+// last object is applied. Listed objects come in no particular order (key
+// order, or a watch-list's map order), so moving it per object, as a watch
+// event does, would let the admission barrier pass on a half-applied list.
+// Deletes go first so that a range a vanished Subnet held is free before a
+// listed claim that asks for it is decided.
 func (s *subnetStore) Replace(items []any, resourceVersion string) error {
 	listed := make(map[Object]struct{}, len(items))
 	var errs []error
+	subnets := make([]*ipamv1.Subnet, 0, len(items))
 	for _, item := range items {
 		sub, ok := item.(*ipamv1.Subnet)
 		if !ok {
@@ -113,22 +129,25 @@ func (s *subnetStore) Replace(items []any, resourceVersion string) error {
 			continue
 		}
 		listed[Object{sub.Namespace, sub.Name}] = struct{}{}
+		subnets = append(subnets, sub)
+	}
+	known, _ := s.ledger.Objects()
+	for _, o := range known {
+		if _, ok := listed[o]; ok {
+			continue
+		}
+		if sub, ok := s.ledger.Subnet(o.Namespace, o.Name); ok {
+			s.ledger.deleteSubnet(toolscache.DeletedFinalStateUnknown{Key: o.Namespace + "/" + o.Name, Obj: sub})
+		}
+	}
+	for _, sub := range subnets {
 		rv, known := s.ledger.subnetVersion(sub.Namespace, sub.Name)
 		switch {
 		case !known:
-			s.ledger.ApplySubnet(sub, Created, nil)
+			s.ledger.applySubnet(sub, Created, nil)
 		case rv != sub.ResourceVersion:
-			s.ledger.ApplySubnet(sub, Updated, nil)
+			s.ledger.applySubnet(sub, Updated, nil)
 		}
-	}
-	var gone []*ipamv1.Subnet
-	s.ledger.Subnets(func(sub *ipamv1.Subnet) {
-		if _, ok := listed[Object{sub.Namespace, sub.Name}]; !ok {
-			gone = append(gone, sub)
-		}
-	})
-	for _, sub := range gone {
-		s.ledger.DeleteSubnet(toolscache.DeletedFinalStateUnknown{Key: sub.Namespace + "/" + sub.Name, Obj: sub})
 	}
 	s.ledger.noteChange(statuscalc.KindSubnet, resourceVersion)
 	s.listed.Store(true)

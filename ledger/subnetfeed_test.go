@@ -1,13 +1,18 @@
 package ledger
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
@@ -52,16 +57,28 @@ func TestSubnetStoreReplace(t *testing.T) {
 	}
 
 	// The watch fell behind; the relist shows one change, one new Subnet,
-	// and one delete the watch missed.
+	// and one delete the watch missed. The change comes first and is the
+	// newest (lists are not in resourceVersion order): until the whole list
+	// is applied, the mark must not pass the older Subnet still to come.
 	events = nil
-	changedNow := withVersion(ready(dynamic("changed", "p", 24, 2), "10.0.2.0/24"), "20")
+	var markedEarly []string
+	l.Subscribe(func(e Event) {
+		if e.Kind == statuscalc.KindSubnet && l.CaughtUp(Watermark{Kind: statuscalc.KindSubnet, Namespace: ns, ResourceVersion: "21", Count: -1}) {
+			markedEarly = append(markedEarly, string(e.Type)+" "+e.Name)
+		}
+	})
+	changedNow := withVersion(ready(dynamic("changed", "p", 24, 2), "10.0.1.0/24"), "25")
 	added := withVersion(dynamic("added", "p", 24, 4), "21")
-	if err := store.Replace([]any{withVersion(kept, "10"), changedNow, added}, "30"); err != nil {
+	if err := store.Replace([]any{changedNow, withVersion(kept, "10"), added}, "30"); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"update changed", "create added", "delete gone (tombstone)"}
+	// The delete goes first: changed now holds the range gone held.
+	want := []string{"delete gone (tombstone)", "update changed", "create added"}
 	if diff := cmp.Diff(want, events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if len(markedEarly) > 0 {
+		t.Errorf("the admission barrier passed for resourceVersion 21 at %v, before the relist was applied", markedEarly)
 	}
 	if _, ok := l.Subnet(ns, "gone"); ok {
 		t.Error("a Subnet missing from the relist is still known")
@@ -152,5 +169,28 @@ func TestSubnetViewKeepsEveryStatusExactly(t *testing.T) {
 				t.Errorf("kept compactly: %v; want %v", c.shown != nil, compact)
 			}
 		})
+	}
+}
+
+// The reflector pages its lists (500 objects a page by default); the
+// list function must pass its limit and continue token on, or a relist at
+// 100k Subnets is one response holding every object.
+func TestSubnetListIsPaged(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := ipamv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	var got []metav1.ListOptions
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).Build(), interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			got = append(got, *(&client.ListOptions{}).ApplyOptions(opts).AsListOptions())
+			return c.List(ctx, list, opts...)
+		},
+	})
+	if _, err := subnetListWatch(c).ListWithContext(t.Context(), metav1.ListOptions{Limit: 500, Continue: "token", ResourceVersion: "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Limit != 500 || got[0].Continue != "token" || got[0].ResourceVersion != "0" {
+		t.Errorf("the list was sent with %+v; want limit 500, continue \"token\", resourceVersion 0", got)
 	}
 }
