@@ -41,6 +41,10 @@ type Options struct {
 	Replicas int
 	// ManagerArgs are extra flags for every replica.
 	ManagerArgs []string
+	// ManagerEnv is extra environment (NAME=value) for every replica, such
+	// as GOMEMLIMIT: set here, not in this process's environment, which the
+	// control plane's Go processes inherit too.
+	ManagerEnv []string
 	// ControllerManager also runs kube-controller-manager.
 	ControllerManager bool
 	// APIServerArgs are extra kube-apiserver flags.
@@ -197,7 +201,7 @@ func (env *Environment) StartManager(ctx context.Context, m *Manager) error {
 	if info, err := os.Stat(m.logPath); err == nil {
 		m.logFrom = info.Size()
 	}
-	p, err := env.StartProcess(m.Name, env.opts.Manager, m.args, []string{"KUBECONFIG=" + env.Kubeconfig})
+	p, err := env.StartProcess(m.Name, env.opts.Manager, m.args, append([]string{"KUBECONFIG=" + env.Kubeconfig}, env.opts.ManagerEnv...))
 	if err != nil {
 		return err
 	}

@@ -42,16 +42,18 @@ func main() {
 		"Extra manager flags. The default raises the client-side API limit (50/s) as docs/operations.md advises for large pools; each Subnet costs one status write.")
 	modes := flag.String("webhooks", "on,noop,off", "Runs per N: on (as installed), noop (the same webhook configurations answered by a no-op server with the same TLS: the floor), off (webhook configurations deleted).")
 	profiles := flag.String("profiles", "", "Directory for the manager's CPU (first 30 s of creates) and heap profiles, per N, of the webhooks-on run; empty: none.")
+	managerEnv := flag.String("manager-env", "",
+		"Extra environment for the manager, space-separated NAME=value (GOMEMLIMIT=160MiB, as docs/operations.md suggests sizing it); the control plane's processes do not get it.")
 	out := flag.String("out", "", "Also append the report to this file.")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the figures are the output
-	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *modes, *profiles, *out); err != nil {
+	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *managerEnv, *modes, *profiles, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, modes, profiles, out string) error {
+func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, managerEnv, modes, profiles, out string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	manager, err := filepath.Abs(manager)
@@ -81,7 +83,7 @@ func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, mod
 			}
 			cfg := runConfig{
 				n: n, clients: clients, explicitEvery: explicitEvery, webhooks: mode,
-				manager: manager, managerArgs: strings.Fields(managerArgs),
+				manager: manager, managerArgs: strings.Fields(managerArgs), managerEnv: strings.Fields(managerEnv),
 				wait: 5*time.Minute + time.Duration(n)*20*time.Millisecond,
 			}
 			if profiles != "" && mode == webhooksOn {
@@ -95,7 +97,7 @@ func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, mod
 			results[mode] = r
 			order = append(order, mode)
 		}
-		report(w, n, clients, explicitEvery, managerArgs, order, results)
+		report(w, n, clients, explicitEvery, strings.TrimSpace(managerArgs+" "+managerEnv), order, results)
 	}
 	return nil
 }
@@ -104,7 +106,7 @@ func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, mod
 func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, order []string, results map[string]*result) {
 	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format, args...) }
 	p("\n### N = %d\n\n", n)
-	p("%d clients, one Subnet in %d explicit, /28s in a /8; manager flags `%s`; %s, %d CPUs, %s.\n\n",
+	p("%d clients, one Subnet in %d explicit, /28s in a /8; manager flags and environment `%s`; %s, %d CPUs, %s.\n\n",
 		clients, explicitEvery, managerArgs, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version())
 	header := "| | " + strings.Join(mapModes(order, func(m string) string { return "webhooks " + m }), " | ") + " |"
 	p("%s\n|---|%s\n", header, strings.Repeat("---|", len(order)))

@@ -61,7 +61,8 @@ type runConfig struct {
 	webhooks                  string
 	manager                   string
 	managerArgs               []string
-	profileDir                string // where to write pprof profiles; empty: none
+	managerEnv                []string // NAME=value
+	profileDir                string   // where to write pprof profiles; empty: none
 	wait                      time.Duration
 }
 
@@ -213,6 +214,7 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	opts := environment.Options{
 		Dir: filepath.Join(dir, "env"), Manager: cfg.manager, Replicas: 1,
 		ManagerArgs: append([]string{"--pprof-bind-address=" + pprofAddr, "--zap-log-level=error"}, cfg.managerArgs...),
+		ManagerEnv:  cfg.managerEnv,
 	}
 	if cfg.profileDir != "" {
 		opts.APIServerArgs = []string{"--profiling=true"} // the API server is the usual bottleneck: profile it too
