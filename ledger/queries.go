@@ -1,12 +1,15 @@
 package ledger
 
 import (
+	"iter"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
@@ -366,24 +369,68 @@ func (l *Ledger) Subnet(namespace, name string) (*ipamv1.Subnet, bool) {
 	return c.subnet(namespace), true
 }
 
-// Subnets calls fn with every Subnet the ledger knows (see Subnet), one
-// namespace at a time under its read lock: fn must not call the ledger.
-func (l *Ledger) Subnets(fn func(*ipamv1.Subnet)) {
-	l.mu.RLock()
-	namespaces := make([]*namespace, 0, len(l.namespaces))
-	for _, n := range l.namespaces {
-		namespaces = append(namespaces, n)
-	}
-	l.mu.RUnlock()
-	for _, n := range namespaces {
-		n.mu.RLock()
-		for key, c := range n.claims {
-			if key.Kind() == statuscalc.KindSubnet {
-				fn(c.subnet(n.name))
+// ReadySubnet is a Subnet whose status, as the API shows it, says it holds
+// a range: Ready=True with a status.cidr that parses.
+type ReadySubnet struct {
+	Namespace, Name string
+	UID             types.UID
+	Pool            string       // spec.poolRef
+	CIDR            netip.Prefix // status.cidr
+}
+
+// ReadySubnets yields every Subnet whose stored status says it holds a
+// range: what the API shows, not the arbiter's decisions, for the auditor
+// to check independently. A namespace's lock is held only while its facts
+// are copied, with no allocation per Subnet: rebuilding every object under
+// it stalled the feed and the decisions for ~100 ms at 100k Subnets, five
+// times as long (BenchmarkAuditRead). Each namespace is a consistent
+// snapshot, so an auditor never sees a freed range and its next holder
+// both Ready; the caller's loop runs outside the lock.
+func (l *Ledger) ReadySubnets() iter.Seq[ReadySubnet] {
+	return func(yield func(ReadySubnet) bool) {
+		l.mu.RLock()
+		namespaces := make([]*namespace, 0, len(l.namespaces))
+		for _, n := range l.namespaces {
+			namespaces = append(namespaces, n)
+		}
+		l.mu.RUnlock()
+		var batch []ReadySubnet
+		for _, n := range namespaces {
+			n.mu.RLock()
+			batch = slices.Grow(batch[:0], n.subnets)
+			for key, c := range n.claims {
+				if key.Kind() != statuscalc.KindSubnet {
+					continue
+				}
+				if cidr, ok := c.shownCIDR(); ok {
+					batch = append(batch, ReadySubnet{Namespace: n.name, Name: key.Name(), UID: c.uid, Pool: c.pool, CIDR: cidr})
+				}
+			}
+			n.mu.RUnlock()
+			for _, r := range batch {
+				if !yield(r) {
+					return
+				}
 			}
 		}
-		n.mu.RUnlock()
 	}
+}
+
+// shownCIDR returns status.cidr if the stored status says Ready=True with a
+// cidr that parses, without rebuilding the status. The caller holds the
+// lock.
+func (c *claim) shownCIDR() (netip.Prefix, bool) {
+	switch {
+	case c.status != nil:
+		if c.status.CIDR != "" && meta.IsStatusConditionTrue(c.status.Conditions, ipamv1.ConditionReady) {
+			p, err := ipspace.ParsePrefix(c.status.CIDR)
+			return p, err == nil
+		}
+		return netip.Prefix{}, false
+	case c.shown != nil && c.held.IsValid():
+		return c.held, true // the compact form: Ready=True exactly when it holds held, written as held
+	}
+	return netip.Prefix{}, false
 }
 
 // subnet rebuilds a Subnet claim's object. The caller holds the lock.

@@ -21,7 +21,7 @@ import (
 // beside it. At 100k Subnets a cache of typed objects with its indexes was
 // about as large as everything else in the manager together, and every
 // reader of Subnets in the manager reads the ledger anyway (the Subnet
-// controller through Ledger.Subnet, the auditor through Ledger.Subnets).
+// controller through Ledger.Subnet, the auditor through Ledger.ReadySubnets).
 //
 // The reflector is client-go's: the same list, watch, resume from the last
 // resourceVersion, relist after "too old" and back-off as an informer's.

@@ -2,11 +2,15 @@ package ledger
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -154,6 +158,7 @@ func TestSubnetViewKeepsEveryStatusExactly(t *testing.T) {
 		"hand-written count":  {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "255", Conditions: []metav1.Condition{readyCond}},
 		"range while waiting": {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{waiting}},
 		"no condition":        {ObservedGeneration: 2, CIDR: "10.0.4.0/24"},
+		"ready without range": {ObservedGeneration: 2, Conditions: []metav1.Condition{readyCond}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := New()
@@ -167,6 +172,14 @@ func TestSubnetViewKeepsEveryStatusExactly(t *testing.T) {
 			c := l.ns(ns, false).claims[SubnetKey("web")]
 			if compact := name == "ready" || name == "waiting"; compact != (c.shown != nil) {
 				t.Errorf("kept compactly: %v; want %v", c.shown != nil, compact)
+			}
+			// The auditor's view says the same, from the facts alone.
+			var want []ReadySubnet
+			if meta.IsStatusConditionTrue(st.Conditions, ipamv1.ConditionReady) && st.CIDR != "" {
+				want = []ReadySubnet{{Namespace: ns, Name: "web", UID: s.UID, Pool: "p", CIDR: netip.MustParsePrefix(st.CIDR)}}
+			}
+			if diff := cmp.Diff(want, slices.Collect(l.ReadySubnets()), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("ReadySubnets (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -192,5 +205,31 @@ func TestSubnetListIsPaged(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Limit != 500 || got[0].Continue != "token" || got[0].ResourceVersion != "0" {
 		t.Errorf("the list was sent with %+v; want limit 500, continue \"token\", resourceVersion 0", got)
+	}
+}
+
+// A loop over ReadySubnets may stop early; a child pool is not a Subnet.
+func TestReadySubnetsYieldsSubnetsOnlyAndStopsWhenAsked(t *testing.T) {
+	l := New()
+	l.ApplyPool(rootPool("p", "10.0.0.0/16", 24), Created, nil)
+	l.ApplyPool(withStatus(childPool("child", "p", "10.0.128.0/17", 0), "10.0.128.0/17"), Created, nil)
+	for i, name := range []string{"a", "b", "c"} {
+		l.ApplySubnet(ready(dynamic(name, "p", 24, i), fmt.Sprintf("10.0.%d.0/24", i)), Created, nil)
+	}
+	var names []string
+	for s := range l.ReadySubnets() {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	if diff := cmp.Diff([]string{"a", "b", "c"}, names); diff != "" {
+		t.Errorf("ReadySubnets (-want +got):\n%s", diff)
+	}
+	n := 0
+	for range l.ReadySubnets() {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Errorf("the loop ran %d times after a break", n)
 	}
 }

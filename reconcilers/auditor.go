@@ -92,7 +92,8 @@ type Finding struct {
 // Audit runs one pass: it sets the violation gauges and records an event on
 // each offending object. Subnets come from the ledger's store, where the
 // Subnet feed keeps each one's status as the API shows it (not the
-// arbiter's decisions); pools from the cache. The cache's own copies are
+// arbiter's decisions), as facts copied out under each namespace's lock;
+// pools from the cache. The cache's own copies are
 // listed: a deep copy of every pool per pass would be garbage for nothing.
 func (a *Auditor) Audit(ctx context.Context) error {
 	var pools ipamv1.SubnetPoolList
@@ -100,10 +101,7 @@ func (a *Auditor) Audit(ctx context.Context) error {
 		auditRuns.WithLabelValues("error").Inc()
 		return err
 	}
-	subnets := func(yield func(*ipamv1.Subnet) bool) {
-		a.Ledger.Subnets(func(s *ipamv1.Subnet) { yield(s) })
-	}
-	findings := Check(subnets, pools.Items)
+	findings := Check(a.Ledger.ReadySubnets(), pools.Items)
 	counts := map[string]int{ViolationOverlap: 0, ViolationOutside: 0}
 	for _, f := range findings {
 		counts[f.Type]++
@@ -137,10 +135,10 @@ func (h held) object(namespace string) client.Object {
 	return &ipamv1.Subnet{ObjectMeta: meta}
 }
 
-// Check finds the violations among the given objects: Ready Subnets and
-// granted child pools, per pool, against the pool's range and each other.
-// subnets is read once; it may yield the same object each time.
-func Check(subnets iter.Seq[*ipamv1.Subnet], pools []ipamv1.SubnetPool) []Finding {
+// Check finds the violations among Ready Subnets (as the ledger's
+// ReadySubnets yields them) and granted child pools, per pool, against the
+// pool's range and each other. subnets is read once.
+func Check(subnets iter.Seq[ledger.ReadySubnet], pools []ipamv1.SubnetPool) []Finding {
 	type poolKey struct{ ns, name string }
 	byPool := map[poolKey][]held{}
 	poolsByKey := map[poolKey]*ipamv1.SubnetPool{}
@@ -155,13 +153,8 @@ func Check(subnets iter.Seq[*ipamv1.Subnet], pools []ipamv1.SubnetPool) []Findin
 		}
 	}
 	for s := range subnets {
-		if !meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady) || s.Status.CIDR == "" {
-			continue
-		}
-		if r, err := ipspace.ParsePrefix(s.Status.CIDR); err == nil {
-			k := poolKey{s.Namespace, s.Spec.PoolRef}
-			byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnet, s.Name, s.UID})
-		}
+		k := poolKey{s.Namespace, s.Pool}
+		byPool[k] = append(byPool[k], held{s.CIDR, statuscalc.KindSubnet, s.Name, s.UID})
 	}
 
 	var findings []Finding

@@ -1,21 +1,19 @@
 package reconcilers
 
 import (
+	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
-func readySubnet(ns, name, pool, cidr string) ipamv1.Subnet {
-	return ipamv1.Subnet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       ipamv1.SubnetSpec{PoolRef: pool},
-		Status: ipamv1.SubnetStatus{CIDR: cidr, Conditions: []metav1.Condition{
-			{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated}}},
-	}
+func readySubnet(ns, name, pool, cidr string) ledger.ReadySubnet {
+	return ledger.ReadySubnet{Namespace: ns, Name: name, Pool: pool, CIDR: netip.MustParsePrefix(cidr)}
 }
 
 func TestAuditCheck(t *testing.T) {
@@ -23,9 +21,7 @@ func TestAuditCheck(t *testing.T) {
 		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/16", Reserved: []string{"10.0.127.0/24"}}, Status: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16"}}
 	granted := ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "child"},
 		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.128.0/17", ParentRef: "p"}, Status: ipamv1.SubnetPoolStatus{CIDR: "10.0.128.0/17"}}
-	pending := readySubnet("a", "pending", "p", "10.0.1.0/24")
-	pending.Status.Conditions[0].Status = metav1.ConditionFalse
-	subnets := []ipamv1.Subnet{
+	subnets := []ledger.ReadySubnet{
 		readySubnet("a", "big", "p", "10.0.0.0/22"),
 		readySubnet("a", "inside-big", "p", "10.0.2.0/24"), // overlaps big
 		readySubnet("a", "fine", "p", "10.0.8.0/24"),
@@ -35,10 +31,9 @@ func TestAuditCheck(t *testing.T) {
 		readySubnet("a", "far", "p", "192.168.0.0/24"),
 		readySubnet("a", "orphan", "gone", "10.0.0.0/24"),
 		readySubnet("b", "other-namespace", "p", "10.0.0.0/22"), // pool b/p does not exist
-		pending, // not Ready: not checked
 	}
 	var got []string
-	for _, f := range Check(values(subnets), []ipamv1.SubnetPool{pool, granted}) {
+	for _, f := range Check(slices.Values(subnets), []ipamv1.SubnetPool{pool, granted}) {
 		got = append(got, f.Type+": "+f.Message)
 	}
 	want := []string{
@@ -61,26 +56,16 @@ func TestAuditCheckTrustsAReportedClaimsOutside(t *testing.T) {
 		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/24", Reserved: []string{"10.0.0.0/26"}},
 		Status: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/24", Conditions: []metav1.Condition{
 			{Type: ipamv1.ConditionReady, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonClaimsOutside}}}}
-	subnets := []ipamv1.Subnet{
+	subnets := []ledger.ReadySubnet{
 		readySubnet("a", "raced", "p", "10.0.0.0/26"),
 		readySubnet("a", "twin", "p", "10.0.0.0/26"),
 	}
 	var got []string
-	for _, f := range Check(values(subnets), []ipamv1.SubnetPool{pool}) {
+	for _, f := range Check(slices.Values(subnets), []ipamv1.SubnetPool{pool}) {
 		got = append(got, f.Type+": "+f.Message)
 	}
 	want := []string{"overlap: Subnet a/twin holds 10.0.0.0/26, which overlaps Subnet a/raced (10.0.0.0/26), also Ready"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("findings (-want +got):\n%s", diff)
-	}
-}
-
-func values(subnets []ipamv1.Subnet) func(func(*ipamv1.Subnet) bool) {
-	return func(yield func(*ipamv1.Subnet) bool) {
-		for i := range subnets {
-			if !yield(&subnets[i]) {
-				return
-			}
-		}
 	}
 }
