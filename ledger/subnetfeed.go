@@ -82,21 +82,17 @@ var (
 	_ toolscache.ReflectorBookmarkStore = &subnetStore{}
 )
 
-func (s *subnetStore) Add(obj any) error {
-	sub, ok := obj.(*ipamv1.Subnet)
-	if !ok {
-		return fmt.Errorf("not a Subnet: %T", obj)
-	}
-	s.ledger.ApplySubnet(sub, Created, nil)
-	return nil
-}
+func (s *subnetStore) Add(obj any) error { return s.apply(obj, Created) }
 
-func (s *subnetStore) Update(obj any) error {
+func (s *subnetStore) Update(obj any) error { return s.apply(obj, Updated) }
+
+// apply records a watch event: the ledger's freshness mark moves with it.
+func (s *subnetStore) apply(obj any, typ EventType) error {
 	sub, ok := obj.(*ipamv1.Subnet)
 	if !ok {
 		return fmt.Errorf("not a Subnet: %T", obj)
 	}
-	s.ledger.ApplySubnet(sub, Updated, nil)
+	s.ledger.ApplySubnet(sub, typ, nil)
 	return nil
 }
 
