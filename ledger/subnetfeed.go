@@ -127,8 +127,8 @@ func (s *subnetStore) Replace(items []any, resourceVersion string) error {
 		listed[Object{sub.Namespace, sub.Name}] = struct{}{}
 		subnets = append(subnets, sub)
 	}
-	known, _ := s.ledger.Objects()
-	for _, o := range known {
+	stored, _ := s.ledger.Objects()
+	for _, o := range stored {
 		if _, ok := listed[o]; ok {
 			continue
 		}
