@@ -55,16 +55,41 @@ func (r Rules) CheckRange(p netip.Prefix, checkLength bool) *Violation {
 }
 
 // CheckLength reports whether a block of this prefix length may come from
-// the pool: it must fit the pool and respect its bounds.
+// the pool: it must fit the pool and respect its bounds. The message says
+// which lengths the pool allows, all rules together.
 func (r Rules) CheckLength(length int) *Violation {
 	width := r.Pool.Addr().BitLen()
+	var why string
 	switch {
 	case length < r.Pool.Bits() || length > width:
-		return &Violation{RuleLength, fmt.Sprintf("prefix length %d does not fit %s (%s): use %d to %d", length, r.Name, r.Pool, r.Pool.Bits(), width)}
+		why = fmt.Sprintf("prefix length %d does not fit %s (%s)", length, r.Name, r.Pool)
 	case r.MinLength >= 0 && length < r.MinLength:
-		return &Violation{RuleLength, fmt.Sprintf("prefix length %d is shorter than minPrefixLength %d of %s", length, r.MinLength, r.Name)}
+		why = fmt.Sprintf("prefix length %d is shorter than minPrefixLength %d of %s", length, r.MinLength, r.Name)
 	case r.MaxLength >= 0 && length > r.MaxLength:
-		return &Violation{RuleLength, fmt.Sprintf("prefix length %d is longer than maxPrefixLength %d of %s", length, r.MaxLength, r.Name)}
+		why = fmt.Sprintf("prefix length %d is longer than maxPrefixLength %d of %s", length, r.MaxLength, r.Name)
+	default:
+		return nil
 	}
-	return nil
+	switch lo, hi := r.AllowedLengths(); {
+	case lo > hi:
+		why += ": it allows no prefix length"
+	case lo == hi:
+		why += fmt.Sprintf(": use %d", lo)
+	default:
+		why += fmt.Sprintf(": use %d to %d", lo, hi)
+	}
+	return &Violation{RuleLength, why}
+}
+
+// AllowedLengths returns the prefix lengths a Subnet may have in the pool:
+// those that fit its range, within its bounds. lo > hi if there are none.
+func (r Rules) AllowedLengths() (lo, hi int) {
+	lo, hi = r.Pool.Bits(), r.Pool.Addr().BitLen()
+	if r.MinLength >= 0 {
+		lo = max(lo, r.MinLength)
+	}
+	if r.MaxLength >= 0 {
+		hi = min(hi, r.MaxLength)
+	}
+	return lo, hi
 }

@@ -236,9 +236,9 @@ func TestOutOfRangeAndBounds(t *testing.T) {
 		{explicit("outside", "p", "10.1.0.0/24", 0), "10.1.0.0/24: lies outside SubnetPool team-a/p (10.0.0.0/16)"},
 		{explicit("v6", "p", "2001:db8::/64", 0), "2001:db8::/64: is IPv6 but SubnetPool team-a/p (10.0.0.0/16) is IPv4"},
 		{explicit("reserved", "p", "10.0.0.128/25", 0), "10.0.0.128/25: overlaps reserved range 10.0.0.0/24 of SubnetPool team-a/p"},
-		{explicit("too-big", "p", "10.0.32.0/19", 0), "10.0.32.0/19: prefix length 19 is shorter than minPrefixLength 20 of SubnetPool team-a/p"},
-		{dynamic("too-small", "p", 30, 0), "prefix length 30 is longer than maxPrefixLength 28 of SubnetPool team-a/p"},
-		{dynamic("too-short", "p", 8, 0), "prefix length 8 does not fit SubnetPool team-a/p (10.0.0.0/16): use 16 to 32"},
+		{explicit("too-big", "p", "10.0.32.0/19", 0), "10.0.32.0/19: prefix length 19 is shorter than minPrefixLength 20 of SubnetPool team-a/p: use 20 to 28"},
+		{dynamic("too-small", "p", 30, 0), "prefix length 30 is longer than maxPrefixLength 28 of SubnetPool team-a/p: use 20 to 28"},
+		{dynamic("too-short", "p", 8, 0), "prefix length 8 does not fit SubnetPool team-a/p (10.0.0.0/16): use 20 to 28"},
 		{&ipamv1.Subnet{ObjectMeta: objMeta("no-length", 0), Spec: ipamv1.SubnetSpec{PoolRef: "p"}},
 			"the Subnet sets neither cidr nor prefixLength and SubnetPool team-a/p has no defaultPrefixLength"},
 	}

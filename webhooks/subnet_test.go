@@ -114,7 +114,7 @@ func TestSubnetMessages(t *testing.T) {
 		{subnet("mapped", "p", "::ffff:10.0.0.0/104"),
 			`Subnet.ipam.subnet-operator.io "mapped" is invalid: spec.cidr: Invalid value: "::ffff:10.0.0.0/104": IPv4-mapped IPv6 is not allowed; write the IPv4 form; did you mean "10.0.0.0/8"?`},
 		{dynamicSubnet("tiny", "p", 30),
-			`Subnet.ipam.subnet-operator.io "tiny" is invalid: spec.prefixLength: Invalid value: 30: prefix length 30 is longer than maxPrefixLength 28 of SubnetPool team-a/p`},
+			`Subnet.ipam.subnet-operator.io "tiny" is invalid: spec.prefixLength: Invalid value: 30: prefix length 30 is longer than maxPrefixLength 28 of SubnetPool team-a/p: use 20 to 28`},
 		{subnet("orphan", "", "10.0.9.0/24"),
 			`Subnet.ipam.subnet-operator.io "orphan" is invalid: spec.poolRef: Required value: name the SubnetPool to claim from`},
 	}

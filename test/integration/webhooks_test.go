@@ -78,7 +78,7 @@ func TestRulesAsKubectlPrintsThem(t *testing.T) {
 		{"family", subnet("a", "{poolRef: dc, cidr: '2001:db8::/64'}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "2001:db8::/64": is IPv6 but SubnetPool ` + ns + `/dc (10.0.0.0/16) is IPv4`},
 		{"maxPrefixLength", subnet("a", "{poolRef: dc, prefixLength: 30}"),
-			`The Subnet "a" is invalid: spec.prefixLength: Invalid value: 30: prefix length 30 is longer than maxPrefixLength 28 of SubnetPool ` + ns + `/dc`},
+			`The Subnet "a" is invalid: spec.prefixLength: Invalid value: 30: prefix length 30 is longer than maxPrefixLength 28 of SubnetPool ` + ns + `/dc: use 20 to 28`},
 		{"child outside its parent", pool("p", "{parentRef: dc, cidr: 10.1.0.0/24}"),
 			`The SubnetPool "p" is invalid: spec.cidr: Invalid value: "10.1.0.0/24": lies outside parent SubnetPool ` + ns + `/dc (10.0.0.0/16)`},
 		{"child over a sibling", pool("p", "{parentRef: dc, cidr: 10.0.192.0/18}"),
