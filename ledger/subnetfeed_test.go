@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"slices"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -231,5 +233,93 @@ func TestReadySubnetsYieldsSubnetsOnlyAndStopsWhenAsked(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("the loop ran %d times after a break", n)
+	}
+}
+
+// listOnly makes a reflector list rather than stream its initial state
+// (watch-list), so that a test can hand it lists.
+type listOnly struct{ *toolscache.ListWatch }
+
+func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
+
+// The feed under client-go's own reflector: it lists, watches, and when its
+// watch has fallen too far behind (410 Expired) lists again; the relist
+// brings the ledger to the API's state (a Subnet deleted while nobody
+// watched is gone, its range free), and the freshness mark reaches the
+// list's resourceVersion.
+func TestSubnetFeedRelistsAfterItsWatchExpired(t *testing.T) {
+	l := New()
+	store := &subnetStore{ledger: l}
+	l.synced = func() bool { return store.listed.Load() }
+	l.ApplyPool(rootPool("p", "10.0.0.0/16", 24), Created, nil)
+	lists := make(chan runtime.Object)
+	watches := make(chan watch.Interface)
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+			select {
+			case list := <-lists:
+				return list, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		},
+		WatchFuncWithContext: func(ctx context.Context, _ metav1.ListOptions) (watch.Interface, error) {
+			select {
+			case w := <-watches:
+				return w, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		},
+	}
+	reflector := toolscache.NewReflectorWithOptions(listOnly{lw}, &ipamv1.Subnet{}, store, toolscache.ReflectorOptions{Name: "test"})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { reflector.RunWithContext(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	caughtUp := func(rv string) {
+		t.Helper()
+		if !l.AwaitCaughtUp(t.Context(), 30*time.Second, Watermark{Kind: statuscalc.KindSubnet, Namespace: ns, ResourceVersion: rv, Count: -1}) {
+			t.Fatalf("the ledger did not reach resourceVersion %s", rv)
+		}
+	}
+	list := func(rv string, subnets ...*ipamv1.Subnet) *ipamv1.SubnetList {
+		out := &ipamv1.SubnetList{ListMeta: metav1.ListMeta{ResourceVersion: rv}}
+		for _, s := range subnets {
+			out.Items = append(out.Items, *s)
+		}
+		return out
+	}
+
+	a := withVersion(ready(dynamic("a", "p", 24, 1), "10.0.0.0/24"), "10")
+	b := withVersion(ready(dynamic("b", "p", 24, 2), "10.0.1.0/24"), "11")
+	lists <- list("12", a, b)
+	first := watch.NewFake()
+	watches <- first
+	caughtUp("12")
+	first.Add(withVersion(dynamic("c", "p", 24, 3), "13"))
+	caughtUp("13")
+
+	// While nobody watched: b deleted, d created for b's range, a's status
+	// rewritten. The watch reports it fell too far behind.
+	first.Error(&metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired})
+	aNow := withVersion(ready(dynamic("a", "p", 24, 1), "10.0.0.0/24"), "25")
+	aNow.Status.Conditions[0].Message = "rewritten"
+	d := withVersion(explicit("d", "p", "10.0.1.0/24", 4), "24")
+	lists <- list("30", aNow, withVersion(dynamic("c", "p", 24, 3), "13"), d)
+	watches <- watch.NewFake()
+	caughtUp("30")
+
+	if _, ok := l.Subnet(ns, "b"); ok {
+		t.Error("b, deleted while the watch was behind, is still known")
+	}
+	if got, ok := l.Subnet(ns, "a"); !ok || got.ResourceVersion != "25" || got.Status.Conditions[0].Message != "rewritten" {
+		t.Errorf("a after the relist: %+v", got)
+	}
+	if _, ok := l.Subnet(ns, "d"); !ok {
+		t.Error("d, created while the watch was behind, is not known")
+	}
+	if figures, _ := l.PoolFigures(ns, "p"); figures.Usage.Held.String() != "256" {
+		t.Errorf("the pool holds %s addresses; want 256 (a only: b's range is free for d)", figures.Usage.Held)
 	}
 }
