@@ -44,16 +44,17 @@ func main() {
 	profiles := flag.String("profiles", "", "Directory for the manager's CPU (first 30 s of creates) and heap profiles, per N, of the webhooks-on run; empty: none.")
 	managerEnv := flag.String("manager-env", "",
 		"Extra environment for the manager, space-separated NAME=value (GOMEMLIMIT=160MiB, as docs/operations.md suggests sizing it); the control plane's processes do not get it.")
+	restart := flag.Bool("restart", false, "After the creates, restart the manager and report its start-up over the N Subnets: time to ready, peak RSS, RSS after a GC.")
 	out := flag.String("out", "", "Also append the report to this file.")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the figures are the output
-	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *managerEnv, *modes, *profiles, *out); err != nil {
+	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *managerEnv, *modes, *profiles, *out, *restart); err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, managerEnv, modes, profiles, out string) error {
+func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, managerEnv, modes, profiles, out string, restart bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	manager, err := filepath.Abs(manager)
@@ -84,7 +85,8 @@ func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, man
 			cfg := runConfig{
 				n: n, clients: clients, explicitEvery: explicitEvery, webhooks: mode,
 				manager: manager, managerArgs: strings.Fields(managerArgs), managerEnv: strings.Fields(managerEnv),
-				wait: 5*time.Minute + time.Duration(n)*20*time.Millisecond,
+				wait:    5*time.Minute + time.Duration(n)*20*time.Millisecond,
+				restart: restart,
 			}
 			if profiles != "" && mode == webhooksOn {
 				cfg.profileDir = filepath.Join(profiles, strconv.Itoa(n))
@@ -195,6 +197,11 @@ func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, orde
 	row("manager RSS / live heap / heap spans in use, after a GC", func(r *result) string {
 		return fmt.Sprintf("%.0f / %.0f / %.0f MiB", r.managerRSS/(1<<20), r.managerLive/(1<<20), r.managerHeapSpans/(1<<20))
 	})
+	if results[order[0]].restartReady > 0 {
+		row("manager restarted over the N Subnets: ready after / peak RSS / RSS after a GC", func(r *result) string {
+			return fmt.Sprintf("%.1f s / %.0f MiB / %.0f MiB", r.restartReady.Seconds(), r.restartPeakRSS/(1<<20), r.restartRSS/(1<<20))
+		})
+	}
 	row("manager live heap per Subnet", func(r *result) string {
 		return fmt.Sprintf("%.1f KiB, %.0f objects", perSubnet(r, r.managerLive)/1024, perSubnet(r, r.heapObjects))
 	})

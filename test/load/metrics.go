@@ -205,6 +205,21 @@ func readProc(pid int) (procStat, error) {
 	return procStat{cpuSeconds: (utime + stime) / clockTicks, rssBytes: rssPages * float64(os.Getpagesize())}, nil
 }
 
+// readPeakRSS returns the most memory a process has held resident (VmHWM).
+func readPeakRSS(pid int) (float64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+}
+
 // percentiles of durations in seconds.
 func percentiles(values []float64, qs ...float64) []float64 {
 	out := make([]float64, len(qs))

@@ -64,6 +64,7 @@ type runConfig struct {
 	managerEnv                []string // NAME=value
 	profileDir                string   // where to write pprof profiles; empty: none
 	wait                      time.Duration
+	restart                   bool // restart the manager at the end and measure its start-up
 }
 
 // result is what a run measured.
@@ -91,6 +92,10 @@ type result struct {
 	managerRSS, managerLive           float64 // bytes at the end, after a GC
 	managerHeapSpans                  float64
 	heapObjects                       float64
+	// With restart: the restarted manager's time from start to ready (its
+	// view of every Subnet loaded), its peak RSS and its RSS after a GC.
+	restartReady               time.Duration
+	restartPeakRSS, restartRSS float64
 }
 
 func (r *result) notReadyTotal() int {
@@ -514,6 +519,11 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	r.managerLive = after.manager.value("go_memstats_heap_alloc_bytes")
 	r.managerHeapSpans = after.manager.value("go_memstats_heap_inuse_bytes")
 	r.heapObjects = after.manager.value("go_memstats_heap_objects")
+	if cfg.restart {
+		if err := measureRestart(ctx, env, mgr, pprofAddr, r); err != nil {
+			return nil, fmt.Errorf("restarting the manager: %w", err)
+		}
+	}
 	return r, nil
 }
 
@@ -552,6 +562,33 @@ func measurePoint(ctx context.Context, env *environment.Environment, mgr *enviro
 
 // saveProfile reads a pprof endpoint of the manager into file (discarded
 // if file is empty).
+// measureRestart stops the manager and starts it again over the N Subnets:
+// how long until it is ready (it reports ready once its view holds every
+// Subnet and pool), the most memory it held meanwhile, and what it holds
+// after a GC.
+func measureRestart(ctx context.Context, env *environment.Environment, mgr *environment.Manager, pprofAddr string, r *result) error {
+	mgr.Process.Stop(30 * time.Second)
+	start := time.Now()
+	if err := env.StartManager(ctx, mgr); err != nil {
+		return err
+	}
+	r.restartReady = time.Since(start)
+	peak, err := readPeakRSS(mgr.Process.Pid())
+	if err != nil {
+		return err
+	}
+	r.restartPeakRSS = peak
+	if err := saveProfile(ctx, pprofAddr, "heap?gc=1", ""); err != nil {
+		return err
+	}
+	s, err := readProc(mgr.Process.Pid())
+	if err != nil {
+		return err
+	}
+	r.restartRSS = s.rssBytes
+	return nil
+}
+
 func saveProfile(ctx context.Context, addr, path, file string) error {
 	return fetchProfile(ctx, http.DefaultClient, "http://"+addr, path, file)
 }
