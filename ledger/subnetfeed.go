@@ -44,7 +44,8 @@ func (l *Ledger) newSubnetFeed(c client.WithWatch, synced func() bool) *SubnetFe
 	return &SubnetFeed{reflector: toolscache.NewReflectorWithOptions(lw, &ipamv1.Subnet{}, store, toolscache.ReflectorOptions{Name: "subnets (ledger)"})}
 }
 
-// subnetListWatch lists and watches every Subnet with c.
+// subnetListWatch lists and watches every Subnet with c, trimmed of what
+// the ledger never reads.
 func subnetListWatch(c client.WithWatch) *toolscache.ListWatch {
 	return &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -52,12 +53,38 @@ func subnetListWatch(c client.WithWatch) *toolscache.ListWatch {
 			// them from these fields, not from Raw, and would drop the
 			// reflector's paging.
 			list := &ipamv1.SubnetList{}
-			return list, c.List(ctx, list, &client.ListOptions{Raw: &opts, Limit: opts.Limit, Continue: opts.Continue})
+			err := c.List(ctx, list, &client.ListOptions{Raw: &opts, Limit: opts.Limit, Continue: opts.Continue})
+			for i := range list.Items {
+				trimSubnet(&list.Items[i])
+			}
+			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return c.Watch(ctx, &ipamv1.SubnetList{}, &client.ListOptions{Raw: &opts})
+			w, err := c.Watch(ctx, &ipamv1.SubnetList{}, &client.ListOptions{Raw: &opts})
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, trimEvent), nil
 		},
 	}
+}
+
+// trimEvent trims the Subnet of a watch event. Not a bookmark's: the end
+// of a watch-list's initial events is an annotation on one.
+func trimEvent(e watch.Event) (watch.Event, bool) {
+	if s, ok := e.Object.(*ipamv1.Subnet); ok && e.Type != watch.Bookmark {
+		trimSubnet(s)
+	}
+	return e, true
+}
+
+// trimSubnet drops from a decoded Subnet what the ledger never reads:
+// managed fields, labels and annotations. On a restart the reflector holds
+// every Subnet of a watch-list's initial stream at once, before the ledger
+// keeps their facts: at 100k Subnets trimming them cut the restart's peak
+// RSS from 294 to 218 MiB (docs/benchmarks.md).
+func trimSubnet(s *ipamv1.Subnet) {
+	s.ManagedFields, s.Labels, s.Annotations = nil, nil, nil
 }
 
 // Start runs the feed until ctx ends.

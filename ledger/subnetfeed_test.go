@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -196,17 +197,41 @@ func TestSubnetListIsPaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []metav1.ListOptions
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).Build(), interceptor.Funcs{
+	stored := dynamic("web", "p", 24, 1)
+	stored.Labels = map[string]string{"team": "a"}
+	stored.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: "{}"}
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(stored).Build(), interceptor.Funcs{
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			got = append(got, *(&client.ListOptions{}).ApplyOptions(opts).AsListOptions())
 			return c.List(ctx, list, opts...)
 		},
 	})
-	if _, err := subnetListWatch(c).ListWithContext(t.Context(), metav1.ListOptions{Limit: 500, Continue: "token", ResourceVersion: "0"}); err != nil {
+	list, err := subnetListWatch(c).ListWithContext(t.Context(), metav1.ListOptions{Limit: 500, Continue: "token", ResourceVersion: "0"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 1 || got[0].Limit != 500 || got[0].Continue != "token" || got[0].ResourceVersion != "0" {
 		t.Errorf("the list was sent with %+v; want limit 500, continue \"token\", resourceVersion 0", got)
+	}
+	// What the ledger never reads is dropped as the list arrives.
+	items := list.(*ipamv1.SubnetList).Items
+	if len(items) != 1 || items[0].Labels != nil || items[0].Annotations != nil || items[0].ManagedFields != nil || items[0].Spec.PoolRef != "p" {
+		t.Errorf("listed %+v; want web, trimmed of labels, annotations and managed fields", items)
+	}
+}
+
+// Watch events are trimmed too, except bookmarks: a watch-list's end of
+// initial events is an annotation on one.
+func TestSubnetWatchEventsAreTrimmedButNotBookmarks(t *testing.T) {
+	subnet := dynamic("web", "p", 24, 1)
+	subnet.Annotations = map[string]string{"a": "b"}
+	subnet.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	if e, keep := trimEvent(watch.Event{Type: watch.Added, Object: subnet}); !keep || e.Object.(*ipamv1.Subnet).Annotations != nil || e.Object.(*ipamv1.Subnet).ManagedFields != nil {
+		t.Errorf("added: %+v, kept %v", e.Object, keep)
+	}
+	bookmark := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "7", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+	if e, keep := trimEvent(watch.Event{Type: watch.Bookmark, Object: bookmark}); !keep || e.Object.(*ipamv1.Subnet).Annotations[metav1.InitialEventsAnnotationKey] != "true" {
+		t.Errorf("bookmark: %+v, kept %v", e.Object, keep)
 	}
 }
 
