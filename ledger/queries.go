@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"iter"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -269,6 +270,14 @@ func (n *namespace) conflicts(s *slot) []statuscalc.Conflict {
 	return out
 }
 
+// allNamespaces returns the namespaces the ledger knows, for a pass over
+// them that takes each one's lock in turn.
+func (l *Ledger) allNamespaces() []*namespace {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Collect(maps.Values(l.namespaces))
+}
+
 // Object is a namespaced name the ledger knows.
 type Object struct{ Namespace, Name string }
 
@@ -276,13 +285,7 @@ type Object struct{ Namespace, Name string }
 // controller that starts after the informers' initial lists to enqueue
 // them all once.
 func (l *Ledger) Objects() (subnets, pools []Object) {
-	l.mu.RLock()
-	namespaces := make([]*namespace, 0, len(l.namespaces))
-	for _, n := range l.namespaces {
-		namespaces = append(namespaces, n)
-	}
-	l.mu.RUnlock()
-	for _, n := range namespaces {
+	for _, n := range l.allNamespaces() {
 		n.mu.RLock()
 		for key := range n.claims {
 			if key.Kind() == statuscalc.KindSubnet {
@@ -388,14 +391,8 @@ type ReadySubnet struct {
 // both Ready; the caller's loop runs outside the lock.
 func (l *Ledger) ReadySubnets() iter.Seq[ReadySubnet] {
 	return func(yield func(ReadySubnet) bool) {
-		l.mu.RLock()
-		namespaces := make([]*namespace, 0, len(l.namespaces))
-		for _, n := range l.namespaces {
-			namespaces = append(namespaces, n)
-		}
-		l.mu.RUnlock()
 		var batch []ReadySubnet
-		for _, n := range namespaces {
+		for _, n := range l.allNamespaces() {
 			n.mu.RLock()
 			batch = slices.Grow(batch[:0], n.subnets)
 			for key, c := range n.claims {
