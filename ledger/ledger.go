@@ -247,6 +247,8 @@ type pool struct {
 	maxLen     int // -1 if unset
 	reserved   []netip.Prefix
 	statusCIDR netip.Prefix // status.cidr as the API shows it
+	// labels are the pool's labels, for the metrics (the alert opt-out).
+	labels map[string]string
 }
 
 // slot gathers everything about one pool name: the pool (nil while it does
@@ -418,6 +420,7 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 		minLen:     statuscalc.Length(p.Spec.MinPrefixLength),
 		maxLen:     statuscalc.Length(p.Spec.MaxPrefixLength),
 		reserved:   statuscalc.ParseReserved(p.Spec.Reserved),
+		labels:     p.Labels, // the cache's object is never modified
 	}
 	pl.spec, _ = ipspace.ParsePrefix(p.Spec.CIDR)
 	pl.statusCIDR, _ = ipspace.ParsePrefix(p.Status.CIDR)

@@ -306,6 +306,7 @@ func (l *Ledger) Objects() (subnets, pools []Object) {
 type PoolReport struct {
 	Object
 	Parent  string
+	Labels  map[string]string
 	Figures statuscalc.Figures
 	// SubnetsByReason counts the pool's Subnets by the Ready reason their
 	// status shows ("" before their first status).
@@ -325,7 +326,7 @@ func (l *Ledger) Reports(fn func(PoolReport)) {
 		if n := l.ns(p.Namespace, false); n != nil {
 			n.mu.RLock()
 			if s := n.slots[p.Name]; s != nil && s.pool != nil {
-				r.Parent = s.pool.parent
+				r.Parent, r.Labels = s.pool.parent, s.pool.labels
 				for reason, count := range s.reasons {
 					r.SubnetsByReason[reason] = count
 				}

@@ -70,6 +70,10 @@ func noteStatusWritten(o ledger.Object) { lastStatus.Store(o, time.Now()) }
 // per address.
 type poolCollector struct {
 	ledger *ledger.Ledger
+	// alertsLabel is the pool label that, set to "off", opts the pool out
+	// of the per-pool alerts: its info series says alerts="off", and every
+	// per-pool alert rule excludes such pools.
+	alertsLabel string
 }
 
 var (
@@ -84,7 +88,7 @@ var (
 	descOverlapping    = prometheus.NewDesc("subnet_operator_pool_overlapping_claims", "Claims of a pool that lose to an overlapping claim.", poolLabels, nil)
 	descChildren       = prometheus.NewDesc("subnet_operator_pool_child_pools", "Child pools of a pool.", poolLabels, nil)
 	descSubnets        = prometheus.NewDesc("subnet_operator_pool_subnets", "Subnets of a pool by the Ready reason of their status (Pending before the first status).", append(poolLabels, "reason"), nil)
-	descPoolInfo       = prometheus.NewDesc("subnet_operator_pool_info", "Always 1; its parent label joins child pools to their parent in dashboards.", append(poolLabels, "parent"), nil)
+	descPoolInfo       = prometheus.NewDesc("subnet_operator_pool_info", "Always 1; its parent label joins child pools to their parent in dashboards; alerts is \"off\" for a pool opted out of the per-pool alerts by its label, else \"on\".", append(poolLabels, "parent", "alerts"), nil)
 	descLastStatusTime = prometheus.NewDesc("subnetpool_parent_status_last_timestamp_seconds", "When the controller last wrote a pool's status, in Unix seconds.", []string{"ns", "name"}, nil)
 )
 
@@ -101,7 +105,11 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge := func(d *prometheus.Desc, v float64, extra ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(labels, extra...)...)
 		}
-		gauge(descPoolInfo, 1, r.Parent)
+		alerts := "on"
+		if c.alertsLabel != "" && r.Labels[c.alertsLabel] == "off" {
+			alerts = "off"
+		}
+		gauge(descPoolInfo, 1, r.Parent, alerts)
 		gauge(descOverlapping, float64(len(r.Figures.Conflicts)))
 		gauge(descChildren, float64(r.Figures.ChildPools))
 		for reason, count := range r.SubnetsByReason {
@@ -136,15 +144,22 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 // forgetPool drops what the metrics remember of a deleted pool.
 func forgetPool(o ledger.Object) { lastStatus.Delete(o) }
 
-var registerOnce sync.Once
+var registerOnce, registerCollectorOnce sync.Once
 
-// registerMetrics registers the controllers' metrics and the pool collector
-// with controller-runtime's registry (served on the manager's metrics
-// endpoint).
-func registerMetrics(l *ledger.Ledger) {
+// registerPoolCollector registers the per-pool metrics, read from the
+// ledger when scraped.
+func registerPoolCollector(l *ledger.Ledger, alertsLabel string) {
+	registerCollectorOnce.Do(func() {
+		metrics.Registry.MustRegister(&poolCollector{ledger: l, alertsLabel: alertsLabel})
+	})
+}
+
+// registerMetrics registers the controllers' metrics with
+// controller-runtime's registry (served on the manager's metrics endpoint).
+func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(parentRequeues, parentReconcileDuration, parentReconcileInflight, poolStatusCompute,
-			allocationDuration, arbitrationConflicts, allocatedEventsSkipped, statusWrites, &poolCollector{ledger: l})
+			allocationDuration, arbitrationConflicts, allocatedEventsSkipped, statusWrites)
 		// Every known label value is exported at zero from the start. A
 		// series that first appears with the count of a whole burst has no
 		// increase to show (rate() needs an earlier sample), and an error

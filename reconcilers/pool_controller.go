@@ -42,6 +42,9 @@ type PoolStatusReconciler struct {
 	Ledger    *ledger.Ledger
 	Recorder  recorder.EventRecorder
 	Options
+	// AlertsLabel is the SubnetPool label that, set to "off", opts a pool
+	// out of the per-pool alerts (see subnet_operator_pool_info).
+	AlertsLabel string
 
 	written lastWrites[*ipamv1.SubnetPool]
 }
@@ -51,7 +54,8 @@ func (r *PoolStatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil || r.APIReader == nil || r.Ledger == nil || r.Recorder == nil {
 		return errors.New("PoolStatusReconciler needs a client, an API reader, a ledger and an event recorder")
 	}
-	registerMetrics(r.Ledger)
+	registerMetrics()
+	registerPoolCollector(r.Ledger, r.AlertsLabel)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("subnetpool").
 		WithOptions(controller.Options{

@@ -104,7 +104,7 @@ func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil || r.APIReader == nil || r.Ledger == nil || r.Recorder == nil {
 		return errors.New("SubnetReconciler needs a client, an API reader, a ledger and an event recorder")
 	}
-	registerMetrics(r.Ledger)
+	registerMetrics()
 	r.allocatedEvents = rate.NewLimiter(allocatedEventRate, allocatedEventBurst)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("subnet").

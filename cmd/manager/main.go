@@ -52,6 +52,7 @@ type flags struct {
 	reconcileTimeout                                time.Duration
 	freshnessTimeout                                time.Duration
 	auditInterval                                   time.Duration
+	poolAlertsLabel                                 string
 }
 
 func parseFlags() (flags, zap.Options) {
@@ -81,6 +82,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.IntVar(&f.poolWorkers, "pool-workers", 5, "Concurrent pool status reconciles.")
 	flag.DurationVar(&f.reconcileTimeout, "reconcile-timeout", 90*time.Second, "Bound on one reconcile.")
 	flag.DurationVar(&f.freshnessTimeout, "admission-freshness-timeout", 2*time.Second, "Bound on how long an admission waits for this replica's view to catch up with the API server.")
+	flag.StringVar(&f.poolAlertsLabel, "pool-alerts-label", "ipam.subnet-operator.io/alerts", "SubnetPool label that, set to \"off\", opts a pool out of the per-pool alerts (the metric subnet_operator_pool_info says alerts=\"off\").")
 	flag.DurationVar(&f.auditInterval, "audit-interval", 5*time.Minute, "How often the leader checks that no two Ready claims overlap and each lies inside its pool; 0 turns the audit off.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -88,10 +90,14 @@ func parseFlags() (flags, zap.Options) {
 	return f, opts
 }
 
+// version is stamped by the image build (-X main.version=...).
+var version = "dev"
+
 func main() {
 	f, zapOpts := parseFlags()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	log.Info("Starting subnet-operator", "version", version)
 	if err := run(ctrl.SetupSignalHandler(), f); err != nil {
 		log.Error(err, "Manager stopped")
 		os.Exit(1)
@@ -191,7 +197,7 @@ func run(ctx context.Context, f flags) error {
 	}
 	if err := (&reconcilers.PoolStatusReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l, Recorder: mgr.GetEventRecorder("subnet-operator"),
-		Options: withWorkers(common, f.poolWorkers),
+		Options: withWorkers(common, f.poolWorkers), AlertsLabel: f.poolAlertsLabel,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("subnetpool controller: %w", err)
 	}

@@ -168,6 +168,15 @@ func TestMonitoring(t *testing.T) {
 				return nil
 			})
 		}
+		// Pool quiet is as full, but its label opts it out: no alert, not
+		// even pending.
+		got, err := prom.Query(ctx, fmt.Sprintf(`ALERTS{namespace=%q, pool="quiet"}`, ns), time.Time{})
+		if err != nil || len(got) != 0 {
+			t.Errorf("pool quiet, labelled alerts: off, has alerts: %v %v", got, err)
+		}
+		if got, err := prom.Query(ctx, fmt.Sprintf(`subnet_operator_pool_info{namespace=%q, pool="quiet", alerts="off"}`, ns), time.Time{}); err != nil || len(got) != len(env.Managers) {
+			t.Errorf("pool quiet's info series with alerts=\"off\": %v %v, want one per replica", got, err)
+		}
 		// And nothing is wrong with the operator itself. (Before the first
 		// scrape SubnetOperatorDown is pending: nothing is up yet.)
 		for _, alert := range []string{"SubnetOperatorDown", "SubnetOperatorReplicaDown", "SubnetOperatorWebhookErrors",

@@ -49,6 +49,10 @@ func Workload(ctx context.Context, c client.Client, namespace string) error {
 	for i := range 6 {
 		objects = append(objects, subnet(fmt.Sprintf("tiny-%d", i), "tiny", ""))
 	}
+	// As full, but opted out of the pool alerts by its label.
+	quiet := pool("quiet", "10.60.0.0/30", "", 30)
+	quiet.Labels = map[string]string{"ipam.subnet-operator.io/alerts": "off"}
+	objects = append(objects, quiet, subnet("quiet-0", "quiet", ""), subnet("quiet-1", "quiet", ""))
 	for _, o := range objects {
 		if err := c.Create(ctx, o); err != nil {
 			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
@@ -59,7 +63,7 @@ func Workload(ctx context.Context, c client.Client, namespace string) error {
 		return err
 	}
 
-	if err := waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 19, ipamv1.ReasonPoolExhausted: 2}); err != nil {
+	if err := waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 20, ipamv1.ReasonPoolExhausted: 3}); err != nil {
 		return err
 	}
 
@@ -78,7 +82,7 @@ func Workload(ctx context.Context, c client.Client, namespace string) error {
 			return err
 		}
 	}
-	return waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 16, ipamv1.ReasonPoolExhausted: 2})
+	return waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 17, ipamv1.ReasonPoolExhausted: 3})
 }
 
 // Denied sends the workload's requests that the webhooks deny: an overlap
