@@ -57,6 +57,14 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (config: .golangci.yml).
 build: ## Build the manager into bin/manager.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 
+# The manager's container image (see the Dockerfile), built with podman.
+IMAGE ?= localhost/subnet-operator:dev
+VERSION ?= dev
+
+.PHONY: image
+image: ## Build the manager's container image IMAGE with podman (installs podman and runc if missing); prints the image ID.
+	@IMAGE=$(IMAGE) VERSION=$(VERSION) LOCALBIN=$(LOCALBIN) hack/build-image.sh
+
 .PHONY: dev
 dev: tools build ## Run a local control plane with cert-manager, the operator and the samples (Ctrl-C stops it).
 	go build -o $(LOCALBIN)/dev ./hack/dev

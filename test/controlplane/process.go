@@ -25,6 +25,8 @@ type Process struct {
 	logFile *os.File
 	exited  chan struct{}
 	err     error // set before exited is closed
+	// signal delivers Stop's and Kill's signals; nil: to the process group.
+	signal func(syscall.Signal)
 }
 
 // StartProcess starts name (a binary path) with args, its output appended to
@@ -63,28 +65,47 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 // Err is the process's exit error, once Exited is closed.
 func (p *Process) Err() error { return p.err }
 
-// Stop sends SIGTERM to the process group, waits up to grace, then sends
-// SIGKILL, and waits for the exit.
+// SetSignaler makes Stop and Kill deliver their signals with send rather
+// than to the process group: for a process that stands for one it does not
+// own, as `podman run` for its container (podman cannot pass SIGKILL on).
+// Call it before Stop or Kill.
+func (p *Process) SetSignaler(send func(syscall.Signal)) { p.signal = send }
+
+func (p *Process) send(sig syscall.Signal) {
+	if p.signal != nil {
+		p.signal(sig)
+		return
+	}
+	_ = syscall.Kill(-p.Pid(), sig)
+}
+
+// Stop sends SIGTERM, waits up to grace, then sends SIGKILL, and waits for
+// the exit.
 func (p *Process) Stop(grace time.Duration) {
 	select {
 	case <-p.exited:
 		return
 	default:
 	}
-	_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
+	p.send(syscall.SIGTERM)
 	select {
 	case <-p.exited:
 	case <-time.After(grace):
-		_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
-		<-p.exited
+		p.Kill()
 	}
 }
 
-// Kill sends SIGKILL to the process group and waits for the exit: a crash,
-// for fault tests.
+// Kill sends SIGKILL and waits for the exit: a crash, for fault tests. If a
+// signaler's SIGKILL does not end the process within a minute, the process
+// group is killed.
 func (p *Process) Kill() {
-	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
-	<-p.exited
+	p.send(syscall.SIGKILL)
+	select {
+	case <-p.exited:
+	case <-time.After(time.Minute):
+		_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+		<-p.exited
+	}
 }
 
 // FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment

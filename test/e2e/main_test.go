@@ -1,7 +1,8 @@
 //go:build e2e
 
-// Package e2e runs the whole system as a user meets it: the real manager
-// binary, two replicas with leader election behind a round-robin proxy
+// Package e2e runs the whole system as a user meets it: the manager's
+// container image (make image), run as config/default's Deployment runs it,
+// two replicas with leader election behind a round-robin proxy
 // (standing in for the webhook Service), real cert-manager issuing and
 // rotating the webhook's certificate and its CA injector filling the
 // webhook configurations, real kube-apiserver, etcd and
@@ -34,10 +35,23 @@ const (
 var (
 	env *environment.Environment
 	k8s client.Client
+	// imageID is the image the replicas run from.
+	imageID string
 )
 
 func TestMain(m *testing.M) {
+	root, err := environment.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	imageID, err = environment.BuildImage(context.Background(), root, environment.TestImage)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	opts := environment.Options{
+		RepoRoot: root, Image: imageID,
 		Replicas: 2, ControllerManager: true,
 		ManagerArgs: []string{
 			"--leader-elect-lease-duration=" + leaseDuration.String(),

@@ -72,9 +72,11 @@ func (env *Environment) startCertSync() error {
 }
 
 // writeCertFiles writes tls.crt, tls.key and ca.crt, each by rename so a
-// reader never sees a half-written file.
+// reader never sees a half-written file. Like a Secret volume's files, they
+// are readable by a container's non-root user (the test's directory above
+// them is private).
 func writeCertFiles(dir string, data map[string][]byte) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	for _, name := range []string{"ca.crt", "tls.key", "tls.crt"} {
@@ -83,7 +85,7 @@ func writeCertFiles(dir string, data map[string][]byte) error {
 			continue
 		}
 		tmp := filepath.Join(dir, "."+name+".tmp")
-		if err := os.WriteFile(tmp, content, 0o600); err != nil {
+		if err := os.WriteFile(tmp, content, 0o644); err != nil { //nolint:gosec // see above
 			return err
 		}
 		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {

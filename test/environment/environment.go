@@ -36,6 +36,11 @@ type Options struct {
 	RepoRoot string
 	// Manager is the manager binary; default: built into Dir (BuildManager).
 	Manager string
+	// Image, when set, runs the replicas from this container image instead
+	// of the binary, with podman, the way config/default's Deployment runs
+	// them: its arguments, environment, certificate mounts, security
+	// settings and service account (whose RBAC from config/rbac applies).
+	Image string
 	// Replicas of the manager; with more than one, leader election is on and
 	// the webhook URL points at a round-robin TCP proxy in front of them.
 	Replicas int
@@ -61,6 +66,9 @@ type Environment struct {
 
 	opts     Options
 	certDir  string
+	// pod is config/default's manager Pod, when replicas run from Image.
+	pod       *Pod
+	imageUser string
 	proxy    *proxy
 	stopSync context.CancelFunc
 	syncDone sync.WaitGroup
@@ -73,7 +81,10 @@ type Manager struct {
 	WebhookPort int
 	MetricsPort int
 	ProbePort   int
-	args        []string
+	// args are the binary's, or podman's for a replica in container.
+	args      []string
+	// Container is the replica's podman container, when it runs from the image.
+	Container string
 	// logPath is the replica's log; logFrom where its current run starts in
 	// it (a restarted replica appends to it).
 	logPath string
@@ -103,7 +114,11 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 			env.Stop()
 		}
 	}()
-	if env.opts.Manager == "" {
+	if opts.Image != "" {
+		if err := env.readPod(ctx); err != nil {
+			return nil, err
+		}
+	} else if env.opts.Manager == "" {
 		if env.opts.Manager, err = BuildManager(ctx, opts.RepoRoot, filepath.Join(cp.Dir, "manager"), false); err != nil {
 			return nil, err
 		}
@@ -119,6 +134,11 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 	}
 	if err := env.startCertSync(); err != nil {
 		return nil, err
+	}
+	if env.pod != nil {
+		if err := WriteServiceAccount(ctx, cp.Config, cp.CAFile, env.serviceAccountDir(), env.pod.Namespace, env.pod.ServiceAccount); err != nil {
+			return nil, err
+		}
 	}
 
 	var backends []string
@@ -167,7 +187,26 @@ func (env *Environment) install(ctx context.Context, webhookPort int) error {
 	return nil
 }
 
-// newManager picks ports for a replica and builds its flags.
+// readPod reads the manager's Pod from config/default, for replicas that
+// run from the image.
+func (env *Environment) readPod(ctx context.Context) error {
+	if err := RemoveOrphanContainers(ctx); err != nil {
+		return err
+	}
+	rendered, err := env.Kubectl(ctx, nil, "kustomize", filepath.Join(env.RepoRoot, "config", "default"))
+	if err != nil {
+		return err
+	}
+	if env.pod, err = ManagerPod([]byte(rendered)); err != nil {
+		return fmt.Errorf("config/default: %w", err)
+	}
+	env.imageUser, err = ImageUser(ctx, env.opts.Image)
+	return err
+}
+
+func (env *Environment) serviceAccountDir() string { return filepath.Join(env.certDir, "serviceaccount") }
+
+// newManager picks ports for a replica and builds its command line.
 func (env *Environment) newManager(name string, only bool, webhookPort int) (*Manager, error) {
 	ports, err := controlplane.FreePorts(3)
 	if err != nil {
@@ -177,16 +216,35 @@ func (env *Environment) newManager(name string, only bool, webhookPort int) (*Ma
 	if only {
 		m.WebhookPort = webhookPort // no proxy: the URL points at it
 	}
-	m.args = []string{
-		"--kubeconfig=" + env.Kubeconfig,
+	// The replicas share this machine's network: each listens on
+	// 127.0.0.1, on ports of its own.
+	listeners := []string{
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", m.WebhookPort),
-		"--webhook-cert-dir=" + filepath.Join(env.certDir, "webhook"),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", m.MetricsPort),
-		"--metrics-cert-dir=" + filepath.Join(env.certDir, "metrics"),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", m.ProbePort),
+	}
+	if env.pod != nil {
+		// The Deployment's flags, then the listeners and the test's own.
+		m.Container = fmt.Sprintf("subnet-operator-test-%d-%s", os.Getpid(), name)
+		host, port, err := apiHostPort(env.ControlPlane)
+		if err != nil {
+			return nil, err
+		}
+		secretDirs := map[string]string{}
+		for secret, kind := range certSecrets {
+			secretDirs[secret] = env.CertDir(kind)
+		}
+		m.args, err = env.pod.PodmanRun(m.Container, env.opts.Image, env.imageUser, host, port, env.serviceAccountDir(),
+			secretDirs, testLabels(), env.opts.ManagerEnv, append(listeners, env.opts.ManagerArgs...))
+		return m, err
+	}
+	m.args = append([]string{
+		"--kubeconfig=" + env.Kubeconfig,
+		"--webhook-cert-dir=" + filepath.Join(env.certDir, "webhook"),
+		"--metrics-cert-dir=" + filepath.Join(env.certDir, "metrics"),
 		"--leader-election-namespace=" + Namespace,
 		"--zap-log-level=info",
-	}
+	}, listeners...)
 	if !only {
 		m.args = append(m.args, "--leader-elect")
 	}
@@ -201,7 +259,13 @@ func (env *Environment) StartManager(ctx context.Context, m *Manager) error {
 	if info, err := os.Stat(m.logPath); err == nil {
 		m.logFrom = info.Size()
 	}
-	p, err := env.StartProcess(m.Name, env.opts.Manager, m.args, append([]string{"KUBECONFIG=" + env.Kubeconfig}, env.opts.ManagerEnv...))
+	var p *controlplane.Process
+	var err error
+	if m.Container != "" {
+		p, err = ContainerProcess(env.ControlPlane, m.Name, m.Container, m.args)
+	} else {
+		p, err = env.StartProcess(m.Name, env.opts.Manager, m.args, append([]string{"KUBECONFIG=" + env.Kubeconfig}, env.opts.ManagerEnv...))
+	}
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,8 @@ import (
 )
 
 // Main runs a test binary's tests against one environment, for TestMain:
-// it builds the manager (with the race detector if race), starts the
+// unless opts.Image is set, it builds the manager (with the race detector
+// if race); it starts the
 // environment with opts, hands it and an admin client to setup, runs the
 // tests, stops everything and returns the exit code. A manager that exits
 // with an error fails the run: with race, status 66 means the race detector
@@ -37,9 +38,11 @@ func Main(m *testing.M, opts Options, race bool, setup func(*Environment, client
 			return 1
 		}
 	}
-	if opts.Manager, err = BuildManager(ctx, opts.RepoRoot, dir, race); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	if opts.Image == "" {
+		if opts.Manager, err = BuildManager(ctx, opts.RepoRoot, dir, race); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	opts.Dir = filepath.Join(dir, "env")
 	env, err := Start(ctx, opts)
