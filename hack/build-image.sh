@@ -23,8 +23,11 @@ if ! command -v podman >/dev/null || ! command -v runc >/dev/null; then
     { apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends podman runc >&2; }
 fi
 
-ctx=$bin/image
-mkdir -p "$ctx"
+# The build context is the binary alone, in a directory of this build's own
+# (test packages build in parallel).
+mkdir -p "$bin"
+ctx=$(mktemp -d "$bin/image.XXXXXX")
+trap 'rm -rf "$ctx"' EXIT
 CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath \
   -ldflags "-s -w -buildid= -X main.version=$version" -o "$ctx/manager" ./cmd/manager
 # runc, not the default crun: crun fails on these machines' hybrid cgroups.

@@ -36,9 +36,9 @@ func TestReplicasRunFromTheImageAsTheDeploymentSays(t *testing.T) {
 			t.Fatalf("podman inspect %s: %v", m.Container, err)
 		}
 		var inspected []struct {
-			Image string
-			Path  string
-			Args  []string
+			Image  string
+			Path   string
+			Args   []string
 			Config struct {
 				User string
 				Env  []string

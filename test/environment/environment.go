@@ -64,14 +64,14 @@ type Environment struct {
 	// WebhookURL is where the API server sends admission requests.
 	WebhookURL string
 
-	opts     Options
-	certDir  string
+	opts    Options
+	certDir string
 	// pod is config/default's manager Pod, when replicas run from Image.
 	pod       *Pod
 	imageUser string
-	proxy    *proxy
-	stopSync context.CancelFunc
-	syncDone sync.WaitGroup
+	proxy     *proxy
+	stopSync  context.CancelFunc
+	syncDone  sync.WaitGroup
 }
 
 // Manager is one replica of the manager.
@@ -82,7 +82,7 @@ type Manager struct {
 	MetricsPort int
 	ProbePort   int
 	// args are the binary's, or podman's for a replica in container.
-	args      []string
+	args []string
 	// Container is the replica's podman container, when it runs from the image.
 	Container string
 	// logPath is the replica's log; logFrom where its current run starts in
@@ -204,7 +204,9 @@ func (env *Environment) readPod(ctx context.Context) error {
 	return err
 }
 
-func (env *Environment) serviceAccountDir() string { return filepath.Join(env.certDir, "serviceaccount") }
+func (env *Environment) serviceAccountDir() string {
+	return filepath.Join(env.certDir, "serviceaccount")
+}
 
 // newManager picks ports for a replica and builds its command line.
 func (env *Environment) newManager(name string, only bool, webhookPort int) (*Manager, error) {

@@ -92,7 +92,7 @@ func podOf(d *appsv1.Deployment, c *corev1.Container) (*Pod, error) {
 			return nil, fmt.Errorf("volume %s is not a Secret, which the tests do not reproduce", m.Name)
 		}
 		if !m.ReadOnly {
-			return nil, fmt.Errorf("Secret volume %s is mounted writable", m.Name)
+			return nil, fmt.Errorf("volume %s (a Secret) is mounted writable", m.Name)
 		}
 		p.Mounts = append(p.Mounts, SecretMount{Secret: v.Secret.SecretName, Path: m.MountPath})
 	}
