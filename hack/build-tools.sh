@@ -9,6 +9,7 @@
 #                           CRDs, to check config/ against a real API server
 #   bin/prometheus-<v>/     prometheus and promtool, to test the alert rules
 #                           and the dashboard against the running manager
+#   bin/helm-<v>/helm       to test the chart and package it for releases
 # Then it points bin/assets/ (what KUBEBUILDER_ASSETS names) at them.
 # A first build takes ~30 minutes on 2 cores; later runs find the cache and
 # return at once.
@@ -27,6 +28,7 @@ k8s_version=$(modversion hack/tools/kube k8s.io/kubernetes)
 etcd_version=$(modversion hack/tools/etcd go.etcd.io/etcd/server/v3)
 cm_version=$(modversion hack/tools/certmanager github.com/cert-manager/cert-manager)
 prom_version=$(modversion hack/tools/prometheus github.com/prometheus/prometheus)
+helm_version=$(modversion hack/tools/helm helm.sh/helm/v3)
 # Newer versions are refused by the module proxy here; only CRDs are used.
 promop_version=v0.85.0
 
@@ -94,6 +96,24 @@ if [ ! -f "$prom_dir/.complete" ]; then
   touch "$prom_dir/.complete"
 fi
 
+helm_dir=$bin/helm-$helm_version
+if [ ! -f "$helm_dir/.complete" ]; then
+  echo "Building helm $helm_version into bin/ (once; ~1 min)"
+  # Stamped as helm's own Makefile does: its version, and the Kubernetes
+  # version lint and template assume (that of its client-go).
+  commit=$(cd hack/tools/helm && go mod download -json "helm.sh/helm/v3@$helm_version" |
+    sed -n 's/.*"Hash": "\([0-9a-f]*\)".*/\1/p' | head -n1)
+  kminor=$(cd hack/tools/helm && go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)
+  ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+  ldflags+=" -X helm.sh/helm/v3/internal/version.gitCommit=${commit:-unknown} -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$kminor"
+  done
+  mkdir -p "$helm_dir"
+  (cd hack/tools/helm && go build -trimpath -ldflags "$ldflags" -o "$helm_dir/helm" helm.sh/helm/v3/cmd/helm)
+  touch "$helm_dir/.complete"
+fi
+
 assets=$bin/assets
 mkdir -p "$assets"
 ln -sfn "$k8s_dir/kube-apiserver" "$assets/kube-apiserver"
@@ -105,3 +125,4 @@ ln -sfn "$cm_dir/crds" "$assets/cert-manager-crds"
 ln -sfn "$promop_dir/crds" "$assets/prometheus-operator-crds"
 ln -sfn "$prom_dir/prometheus" "$assets/prometheus"
 ln -sfn "$prom_dir/promtool" "$assets/promtool"
+ln -sfn "$helm_dir/helm" "$assets/helm"

@@ -1,0 +1,291 @@
+package environment
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/subnet-operator/subnet-operator/test/controlplane"
+)
+
+// Installed is the manager of an install applied to a control plane
+// (config/default, the Helm chart, the release manifest), run from an image
+// as the install's Deployment says, one replica.
+//
+// The API server here reaches no Service (there are no Pods and no
+// kube-proxy), so the replica stands in for the webhook Service, and only
+// this changes what was installed: the serving Certificates also name
+// 127.0.0.1, and the webhook configurations point at the replica's URL
+// (PointWebhooks). Certificates are copied once they name 127.0.0.1; the
+// e2e suite covers their rotation.
+type Installed struct {
+	Manager *Manager
+	Pod     *Pod
+
+	cp  *controlplane.ControlPlane
+	cs  *kubernetes.Clientset
+	dir string
+	// original holds each webhook's client config before PointWebhooks,
+	// by "kind/configuration/index".
+	original map[string]admissionregistrationv1.WebhookClientConfig
+}
+
+// RunInstalled reads the Deployment from manifests (what was applied to
+// cp), waits for cert-manager to issue its Secrets, and starts its manager
+// from image with the files under dir. Stop it with Stop.
+func RunInstalled(ctx context.Context, cp *controlplane.ControlPlane, manifests []byte, image, dir string) (*Installed, error) {
+	pod, err := ManagerPod(manifests)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	in := &Installed{Pod: pod, cp: cp, cs: cs, dir: dir, original: map[string]admissionregistrationv1.WebhookClientConfig{}}
+	secretDirs := map[string]string{}
+	for _, m := range pod.Mounts {
+		secretDirs[m.Secret] = filepath.Join(dir, "secrets", m.Secret)
+		if err := in.copyServingSecret(ctx, m.Secret, secretDirs[m.Secret]); err != nil {
+			return nil, err
+		}
+	}
+	saDir := filepath.Join(dir, "serviceaccount")
+	if err := WriteServiceAccount(ctx, cp.Config, cp.CAFile, saDir, pod.Namespace, pod.ServiceAccount); err != nil {
+		return nil, err
+	}
+	user, err := ImageUser(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := apiHostPort(cp)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := controlplane.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{Name: "manager", WebhookPort: ports[0], MetricsPort: ports[1], ProbePort: ports[2],
+		Container: fmt.Sprintf("subnet-operator-test-%d-%s", os.Getpid(), filepath.Base(dir))}
+	m.args, err = pod.PodmanRun(m.Container, image, user, host, port, saDir, secretDirs, testLabels(), nil, []string{
+		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", m.WebhookPort),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", m.MetricsPort),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", m.ProbePort),
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.logPath = filepath.Join(cp.LogDir(), m.Name+".log")
+	if info, err := os.Stat(m.logPath); err == nil {
+		m.logFrom = info.Size()
+	}
+	if m.Process, err = ContainerProcess(cp, m.Name, m.Container, m.args); err != nil {
+		return nil, err
+	}
+	in.Manager = m
+	if err := m.WaitReady(ctx, 2*time.Minute); err != nil {
+		in.Stop()
+		return nil, err
+	}
+	return in, nil
+}
+
+// Stop stops the replica.
+func (in *Installed) Stop() {
+	if in.Manager != nil && in.Manager.Process != nil {
+		in.Manager.Process.Stop(30 * time.Second)
+	}
+}
+
+// copyServingSecret makes the Certificate that fills Secret name also name
+// 127.0.0.1, waits until cert-manager has issued it so, and copies the
+// Secret's files into dir.
+func (in *Installed) copyServingSecret(ctx context.Context, name, dir string) error {
+	ns := in.Pod.Namespace
+	out, err := in.cp.Kubectl(ctx, nil, "get", "certificates.cert-manager.io", "-n", ns,
+		"-o", `jsonpath={range .items[*]}{.metadata.name}{" "}{.spec.secretName}{"\n"}{end}`)
+	if err != nil {
+		return err
+	}
+	var certificate string
+	for line := range strings.Lines(out) {
+		if cert, secret, _ := strings.Cut(strings.TrimSpace(line), " "); secret == name {
+			certificate = cert
+		}
+	}
+	if certificate == "" {
+		return fmt.Errorf("no Certificate in %s fills Secret %s", ns, name)
+	}
+	if _, err := in.cp.Kubectl(ctx, nil, "patch", "certificates.cert-manager.io", certificate, "-n", ns,
+		"--type=merge", "-p", `{"spec":{"ipAddresses":["127.0.0.1"]}}`); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		s, err := in.cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && namesLoopback(s) {
+			return writeCertFiles(dir, s.Data)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cert-manager did not issue Secret %s/%s for 127.0.0.1: %w", ns, name, errors.Join(err, errors.New("timed out")))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// namesLoopback reports whether a TLS Secret's certificate is valid for
+// 127.0.0.1.
+func namesLoopback(s *corev1.Secret) bool {
+	block, _ := pem.Decode(s.Data[corev1.TLSCertKey])
+	if block == nil {
+		return false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return false
+	}
+	for _, ip := range cert.IPAddresses {
+		if ip.Equal(net.IPv4(127, 0, 0, 1)) {
+			return true
+		}
+	}
+	return false
+}
+
+// PointWebhooks points every webhook of the install's configurations that
+// calls a Service in the install's namespace at the replica, once
+// cainjector has injected their CA. UnpointWebhooks undoes it: do so before
+// an upgrade, so that Helm finds what it installed.
+func (in *Installed) PointWebhooks(ctx context.Context) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pending, err := in.rewriteWebhooks(ctx, in.pointAtReplica)
+		if err != nil {
+			return err
+		}
+		if pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("cainjector did not inject the CA into the webhook configurations")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// UnpointWebhooks gives the webhooks PointWebhooks changed their Service
+// back.
+func (in *Installed) UnpointWebhooks(ctx context.Context) error {
+	_, err := in.rewriteWebhooks(ctx, func(key string, c admissionregistrationv1.WebhookClientConfig) (*admissionregistrationv1.WebhookClientConfig, bool) {
+		original, ok := in.original[key]
+		if !ok {
+			return nil, false
+		}
+		original.CABundle = c.CABundle
+		return &original, false
+	})
+	return err
+}
+
+// pointAtReplica is the client config of a webhook that calls the
+// install's Service: the replica's URL. It waits (true) while the CA is
+// not yet injected.
+func (in *Installed) pointAtReplica(key string, c admissionregistrationv1.WebhookClientConfig) (*admissionregistrationv1.WebhookClientConfig, bool) {
+	if c.Service == nil || c.Service.Namespace != in.Pod.Namespace {
+		return nil, false
+	}
+	if len(c.CABundle) == 0 {
+		return nil, true
+	}
+	in.original[key] = c
+	url := "https://127.0.0.1:" + strconv.Itoa(in.Manager.WebhookPort)
+	if c.Service.Path != nil {
+		url += *c.Service.Path
+	}
+	return &admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: c.CABundle}, false
+}
+
+// rewriteWebhooks patches the client config of every webhook for which
+// rewrite returns one, and returns how many it said to wait for.
+func (in *Installed) rewriteWebhooks(ctx context.Context,
+	rewrite func(key string, c admissionregistrationv1.WebhookClientConfig) (*admissionregistrationv1.WebhookClientConfig, bool)) (int, error) {
+	admission := in.cs.AdmissionregistrationV1()
+	pending := 0
+	patch := func(kind, name string, configs []admissionregistrationv1.WebhookClientConfig, apply func([]byte) error) error {
+		var ops []map[string]any
+		for i, c := range configs {
+			next, wait := rewrite(fmt.Sprintf("%s/%s/%d", kind, name, i), c)
+			if wait {
+				pending++
+			}
+			if next != nil {
+				ops = append(ops, map[string]any{"op": "replace", "path": fmt.Sprintf("/webhooks/%d/clientConfig", i), "value": next})
+			}
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+		data, err := json.Marshal(ops)
+		if err != nil {
+			return err
+		}
+		return apply(data)
+	}
+	validating, err := admission.ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	for _, v := range validating.Items {
+		var configs []admissionregistrationv1.WebhookClientConfig
+		for _, w := range v.Webhooks {
+			configs = append(configs, w.ClientConfig)
+		}
+		if err := patch("validating", v.Name, configs, func(data []byte) error {
+			_, err := admission.ValidatingWebhookConfigurations().Patch(ctx, v.Name, types.JSONPatchType, data, metav1.PatchOptions{})
+			return err
+		}); err != nil {
+			return 0, err
+		}
+	}
+	mutating, err := admission.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range mutating.Items {
+		var configs []admissionregistrationv1.WebhookClientConfig
+		for _, w := range m.Webhooks {
+			configs = append(configs, w.ClientConfig)
+		}
+		if err := patch("mutating", m.Name, configs, func(data []byte) error {
+			_, err := admission.MutatingWebhookConfigurations().Patch(ctx, m.Name, types.JSONPatchType, data, metav1.PatchOptions{})
+			return err
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return pending, nil
+}
