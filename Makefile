@@ -39,9 +39,14 @@ generate: ## Generate DeepCopy methods for the API types.
 	$(CONTROLLER_GEN) object paths="./api/..."
 
 .PHONY: manifests
-manifests: ## Generate the CRDs, the manager's RBAC role and the webhook configurations.
+manifests: ## Generate the CRDs, the manager's RBAC role and the webhook configurations, then the chart's files.
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role webhook paths="./..." output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+	$(MAKE) chart
+
+.PHONY: chart
+chart: tools ## Render config/default and config/monitoring into the Helm chart's files/ (run after editing config/).
+	go run ./hack/sync-chart -kubectl $(ASSETS)/kubectl -chart charts/subnet-operator
 
 .PHONY: fmt
 fmt: ## Run gofmt on the tree.
@@ -64,6 +69,10 @@ VERSION ?= dev
 .PHONY: image
 image: ## Build the manager's container image IMAGE with podman (installs podman and runc if missing); prints the image ID.
 	@IMAGE=$(IMAGE) VERSION=$(VERSION) LOCALBIN=$(LOCALBIN) hack/build-image.sh
+
+.PHONY: release
+release: tools ## Build a release into dist/: install.yaml (image by digest), the Helm chart, the image as an OCI archive, checksums. VERSION=v1.2.3
+	VERSION=$(VERSION) ASSETS=$(ASSETS) hack/release.sh
 
 .PHONY: dev
 dev: tools build ## Run a local control plane with cert-manager, the operator and the samples (Ctrl-C stops it).
@@ -89,7 +98,7 @@ undeploy: ## Remove the operator and its CRDs from the current kubectl context.
 ##@ Test
 
 .PHONY: test
-test: tools ## Run every test: unit, integration and end-to-end, with the race detector.
+test: tools image ## Run every test: unit, integration and end-to-end (the manager from the image), with the race detector.
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -count=1 -timeout 40m -tags integration,e2e ./...
 
 # The randomized lifecycle checker at length (make test runs a short one):
