@@ -28,11 +28,12 @@ import (
 // as the install's Deployment says, one replica.
 //
 // The API server here reaches no Service (there are no Pods and no
-// kube-proxy), so the replica stands in for the webhook Service, and only
-// this changes what was installed: the serving Certificates also name
-// 127.0.0.1, and the webhook configurations point at the replica's URL
-// (PointWebhooks). Certificates are copied once they name 127.0.0.1; the
-// e2e suite covers their rotation.
+// kube-proxy), so the replica stands in for the webhook Service: its
+// certificates are issued for 127.0.0.1 by the install's own Issuers (an
+// extra Certificate beside each of the install's), and the webhook
+// configurations point at its URL (PointWebhooks), which is all that changes
+// what was installed. Certificates are copied once; the e2e suite covers
+// their rotation.
 type Installed struct {
 	Manager *Manager
 	Pod     *Pod
@@ -113,37 +114,45 @@ func (in *Installed) Stop() {
 	}
 }
 
-// copyServingSecret makes the Certificate that fills Secret name also name
-// 127.0.0.1, waits until cert-manager has issued it so, and copies the
-// Secret's files into dir.
+// copyServingSecret finds the install's Certificate that fills Secret
+// name, has its Issuer issue a second one for 127.0.0.1 (the install's
+// Certificate is left alone: changing it while cert-manager issues it left
+// it "RequestChanged" for good), and copies that one's files into dir, to be
+// mounted where the Deployment mounts name. Signed by the same CA, it is
+// trusted by the CA cainjector puts in the webhook configurations.
 func (in *Installed) copyServingSecret(ctx context.Context, name, dir string) error {
 	ns := in.Pod.Namespace
 	out, err := in.cp.Kubectl(ctx, nil, "get", "certificates.cert-manager.io", "-n", ns,
-		"-o", `jsonpath={range .items[*]}{.metadata.name}{" "}{.spec.secretName}{"\n"}{end}`)
+		"-o", `jsonpath={range .items[*]}{.spec.secretName}{" "}{.spec.issuerRef.kind}{" "}{.spec.issuerRef.name}{"\n"}{end}`)
 	if err != nil {
 		return err
 	}
-	var certificate string
+	var issuerKind, issuer string
 	for line := range strings.Lines(out) {
-		if cert, secret, _ := strings.Cut(strings.TrimSpace(line), " "); secret == name {
-			certificate = cert
+		if f := strings.Fields(line); len(f) == 3 && f[0] == name {
+			issuerKind, issuer = f[1], f[2]
 		}
 	}
-	if certificate == "" {
+	if issuer == "" {
 		return fmt.Errorf("no Certificate in %s fills Secret %s", ns, name)
 	}
-	if _, err := in.cp.Kubectl(ctx, nil, "patch", "certificates.cert-manager.io", certificate, "-n", ns,
-		"--type=merge", "-p", `{"spec":{"ipAddresses":["127.0.0.1"]}}`); err != nil {
+	loopback := name + "-loopback"
+	certificate := fmt.Sprintf(`{"apiVersion":"cert-manager.io/v1","kind":"Certificate","metadata":{"name":%q,"namespace":%q},`+
+		`"spec":{"secretName":%q,"ipAddresses":["127.0.0.1"],"dnsNames":["localhost"],"issuerRef":{"kind":%q,"name":%q}}}`,
+		loopback, ns, loopback, issuerKind, issuer)
+	if _, err := in.cp.Kubectl(ctx, []byte(certificate), "apply", "-f", "-"); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		s, err := in.cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		s, err := in.cs.CoreV1().Secrets(ns).Get(ctx, loopback, metav1.GetOptions{})
 		if err == nil && namesLoopback(s) {
 			return writeCertFiles(dir, s.Data)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cert-manager did not issue Secret %s/%s for 127.0.0.1: %w", ns, name, errors.Join(err, errors.New("timed out")))
+			status, _ := in.cp.Kubectl(ctx, nil, "get", "certificates.cert-manager.io", loopback, "-n", ns, "-o", "jsonpath={.status}")
+			return fmt.Errorf("cert-manager did not issue Secret %s/%s for 127.0.0.1 (Certificate status: %s): %w",
+				ns, loopback, status, errors.Join(err, errors.New("timed out")))
 		}
 		select {
 		case <-ctx.Done():

@@ -4,6 +4,8 @@ package helm
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,8 +17,9 @@ import (
 // render without Prometheus Operator's CRDs (and with none of its objects),
 // and with monitoring on once those CRDs exist.
 func TestChartServerSideDryRun(t *testing.T) {
-	const ns = "dry-run"
+	ns := fmt.Sprintf("dry-run-%04x", rand.IntN(1<<16))
 	kubectl(t, "", "create", "namespace", ns)
+	t.Cleanup(func() { kubectl(t, "", "delete", "namespace", ns, "--wait=false") })
 	rendered := template(t, release, ns)
 	if strings.Contains(rendered, "monitoring.coreos.com") {
 		t.Error("the default render has Prometheus Operator objects")
@@ -64,19 +67,22 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	if err := mgr.PointWebhooks(ctx); err != nil {
 		t.Fatal(err)
 	}
-	kubectl(t, "", "create", "namespace", "team-a")
+	// A namespace of this run's own: with -count, the next run installs
+	// again over the CRDs and Subnets this one keeps.
+	team := fmt.Sprintf("team-%04x", rand.IntN(1<<16))
+	kubectl(t, "", "create", "namespace", team)
 	kubectl(t, `
 apiVersion: ipam.subnet-operator.io/v1alpha1
 kind: SubnetPool
-metadata: {name: datacenter, namespace: team-a}
+metadata: {name: datacenter, namespace: `+team+`}
 spec: {cidr: 10.30.0.0/16, defaultPrefixLength: 24}
 ---
 apiVersion: ipam.subnet-operator.io/v1alpha1
 kind: Subnet
-metadata: {name: before-upgrade, namespace: team-a}
+metadata: {name: before-upgrade, namespace: `+team+`}
 spec: {poolRef: datacenter}
 `, "apply", "-f", "-")
-	before := waitAllocated(t, mgr, "before-upgrade")
+	before := waitAllocated(t, mgr, team, "before-upgrade")
 
 	// The upgrade changes values the API server shows. (First the webhooks
 	// get their Service back, so Helm patches what it installed.)
@@ -108,9 +114,9 @@ spec: {poolRef: datacenter}
 	if err := mgr.PointWebhooks(ctx); err != nil {
 		t.Fatal(err)
 	}
-	kubectl(t, `{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet","metadata":{"name":"after-upgrade","namespace":"team-a"},"spec":{"poolRef":"datacenter"}}`, "apply", "-f", "-")
-	after := waitAllocated(t, mgr, "after-upgrade")
-	if again := waitAllocated(t, mgr, "before-upgrade"); again != before || after == before {
+	kubectl(t, `{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet","metadata":{"name":"after-upgrade","namespace":"`+team+`"},"spec":{"poolRef":"datacenter"}}`, "apply", "-f", "-")
+	after := waitAllocated(t, mgr, team, "after-upgrade")
+	if again := waitAllocated(t, mgr, team, "before-upgrade"); again != before || after == before {
 		t.Errorf("before the upgrade %s held %s; after it %s, and after-upgrade got %s", "before-upgrade", before, again, after)
 	}
 
@@ -125,19 +131,19 @@ spec: {poolRef: datacenter}
 		t.Errorf("webhook configurations after the uninstall: %s %v", out, err)
 	}
 	// The CRDs are kept, and with them every allocation.
-	if got := kubectl(t, "", "get", "-n", "team-a", "subnet/before-upgrade", "-o", "jsonpath={.status.cidr}"); got != before {
+	if got := kubectl(t, "", "get", "-n", team, "subnet/before-upgrade", "-o", "jsonpath={.status.cidr}"); got != before {
 		t.Errorf("after the uninstall, before-upgrade holds %q, want %s", got, before)
 	}
 }
 
-// waitAllocated waits until Subnet name in team-a is Ready and returns its
-// range.
-func waitAllocated(t *testing.T, mgr *environment.Installed, name string) string {
+// waitAllocated waits until Subnet name in namespace team is Ready and
+// returns its range.
+func waitAllocated(t *testing.T, mgr *environment.Installed, team, name string) string {
 	t.Helper()
-	if out, stderr, err := cp.KubectlOutput(context.Background(), cp.Kubeconfig, nil, "wait", "-n", "team-a", "--for=condition=Ready", "--timeout=60s", "subnet/"+name); err != nil {
+	if out, stderr, err := cp.KubectlOutput(context.Background(), cp.Kubeconfig, nil, "wait", "-n", team, "--for=condition=Ready", "--timeout=60s", "subnet/"+name); err != nil {
 		t.Fatalf("Subnet %s was not allocated: %v\n%s%s\nmanager log:\n%s", name, err, out, stderr, mgr.Manager.Log())
 	}
-	cidr := kubectl(t, "", "get", "-n", "team-a", "subnet/"+name, "-o", "jsonpath={.status.cidr}")
+	cidr := kubectl(t, "", "get", "-n", team, "subnet/"+name, "-o", "jsonpath={.status.cidr}")
 	if !strings.HasPrefix(cidr, "10.30.") {
 		t.Fatalf("Subnet %s holds %q, want a range of 10.30.0.0/16", name, cidr)
 	}
