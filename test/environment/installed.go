@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/subnet-operator/subnet-operator/test/controlplane"
@@ -143,23 +144,20 @@ func (in *Installed) copyServingSecret(ctx context.Context, name, dir string) er
 	if _, err := in.cp.Kubectl(ctx, []byte(certificate), "apply", "-f", "-"); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		s, err := in.cs.CoreV1().Secrets(ns).Get(ctx, loopback, metav1.GetOptions{})
-		if err == nil && namesLoopback(s) {
-			return writeCertFiles(dir, s.Data)
-		}
-		if time.Now().After(deadline) {
-			status, _ := in.cp.Kubectl(ctx, nil, "get", "certificates.cert-manager.io", loopback, "-n", ns, "-o", "jsonpath={.status}")
-			return fmt.Errorf("cert-manager did not issue Secret %s/%s for 127.0.0.1 (Certificate status: %s): %w",
-				ns, loopback, status, errors.Join(err, errors.New("timed out")))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		last = err
+		return err == nil && namesLoopback(s), nil
+	}); err != nil {
+		status, _ := in.cp.Kubectl(ctx, nil, "get", "certificates.cert-manager.io", loopback, "-n", ns, "-o", "jsonpath={.status}")
+		return fmt.Errorf("cert-manager did not issue Secret %s/%s for 127.0.0.1 (Certificate status: %s): %w", ns, loopback, status, errors.Join(err, last))
 	}
+	s, err := in.cs.CoreV1().Secrets(ns).Get(ctx, loopback, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return writeCertFiles(dir, s.Data)
 }
 
 // namesLoopback reports whether a TLS Secret's certificate is valid for
@@ -186,24 +184,14 @@ func namesLoopback(s *corev1.Secret) bool {
 // cainjector has injected their CA. UnpointWebhooks undoes it: do so before
 // an upgrade, so that Helm finds what it installed.
 func (in *Installed) PointWebhooks(ctx context.Context) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pending, err := in.rewriteWebhooks(ctx, in.pointAtReplica)
-		if err != nil {
-			return err
-		}
-		if pending == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("cainjector did not inject the CA into the webhook configurations")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return pending == 0, err
+	})
+	if wait.Interrupted(err) {
+		return errors.New("cainjector did not inject the CA into the webhook configurations")
 	}
+	return err
 }
 
 // UnpointWebhooks gives the webhooks PointWebhooks changed their Service
