@@ -55,6 +55,9 @@ func RunInstalled(ctx context.Context, cp *controlplane.ControlPlane, manifests 
 	if err != nil {
 		return nil, err
 	}
+	if err := RemoveOrphanContainers(ctx); err != nil {
+		return nil, err
+	}
 	cs, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		return nil, err

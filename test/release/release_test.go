@@ -48,10 +48,17 @@ func TestReleaseInstallsWithCertManagerAlone(t *testing.T) {
 		t.Fatalf("install.yaml should name one image, by digest: %q", images)
 	}
 	image := string(images[0][1])
-	for _, want := range []string{"subnet-operator-" + strings.TrimPrefix(version, "v") + ".tgz", "subnet-operator-image-" + version + ".tar"} {
-		if _, err := os.Stat(filepath.Join(dist, want)); err != nil {
-			t.Errorf("the release lacks %s: %v", want, err)
-		}
+	if _, err := os.Stat(filepath.Join(dist, "subnet-operator-image-"+version+".tar")); err != nil {
+		t.Errorf("the release lacks its image archive: %v", err)
+	}
+	// The packaged chart is the release's version and pins the same image.
+	chart := filepath.Join(dist, "subnet-operator-"+strings.TrimPrefix(version, "v")+".tgz")
+	values, err := exec.CommandContext(ctx, filepath.Join(os.Getenv(controlplane.AssetsEnv), "helm"), "template", "subnet-operator", chart).Output()
+	if err != nil {
+		t.Fatalf("helm template %s: %v", chart, err)
+	}
+	if !strings.Contains(string(values), "image: "+image) || !strings.Contains(string(values), `app.kubernetes.io/version: `+version) {
+		t.Errorf("the packaged chart does not run %s at version %s", image, version)
 	}
 
 	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(t.TempDir(), "cp"), CertManager: true})
