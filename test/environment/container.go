@@ -72,7 +72,7 @@ func RemoveOrphanContainers(ctx context.Context) error {
 	for line := range strings.Lines(out) {
 		id, pidText, _ := strings.Cut(strings.TrimSpace(line), " ")
 		pid, err := strconv.Atoi(pidText)
-		if err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) == nil {
+		if err == nil && (pid == os.Getpid() || syscall.Kill(pid, 0) == nil) {
 			continue // its test still runs
 		}
 		if _, err := podman(ctx, "rm", "--force", "--ignore", id); err != nil {
