@@ -51,6 +51,10 @@ var (
 		Name: "subnet_operator_allocated_events_skipped_total",
 		Help: "Allocated events not recorded because Subnets were allocated faster than 5 per second after a burst of 100 (each Subnet's status and the allocation metrics still record every allocation).",
 	})
+	allocationRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "subnet_operator_allocation_records_total",
+		Help: "Writes of an allocated range into the Subnet's spec.cidr (its durable record), by result (success, error).",
+	}, []string{"result"})
 	statusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "subnet_operator_status_writes_total",
 		Help: "Status writes to the API server, by kind and result (success, conflict, error).",
@@ -159,7 +163,7 @@ func registerPoolCollector(l *ledger.Ledger, alertsLabel string) {
 func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(parentRequeues, parentReconcileDuration, parentReconcileInflight, poolStatusCompute,
-			allocationDuration, arbitrationConflicts, allocatedEventsSkipped, statusWrites)
+			allocationDuration, arbitrationConflicts, allocatedEventsSkipped, allocationRecords, statusWrites)
 		// Every known label value is exported at zero from the start. A
 		// series that first appears with the count of a whole burst has no
 		// increase to show (rate() needs an earlier sample), and an error

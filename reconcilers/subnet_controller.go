@@ -31,7 +31,7 @@ import (
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
-// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -153,26 +153,74 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 
 	status := desiredSubnetStatus(&s, d)
-	if equality.Semantic.DeepEqual(s.Status, status) {
+	if !equality.Semantic.DeepEqual(s.Status, status) {
+		before := s.DeepCopy()
+		if err := r.writeStatus(ctx, &s, status); err != nil {
+			statusWrites.WithLabelValues(statuscalc.KindSubnet, "error").Inc()
+			if d.Assumed && (apierrors.IsNotFound(err) || apierrors.IsInvalid(err)) {
+				// The grant can never be written to the object it was made for
+				// (it is gone, replaced, or the status is refused): release it.
+				// Other errors (timeouts) keep it assumed, since the write may
+				// have landed; the retry writes the same range again.
+				r.Ledger.Forget(s.Namespace, ledger.SubnetKey(s.Name), s.UID, d.CIDR)
+				return reconcile.Result{}, nil
+			}
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		statusWrites.WithLabelValues(statuscalc.KindSubnet, "success").Inc()
+		r.written.record(&s)
+		r.recordTransition(ctx, before, &s, d)
+	}
+	if !needsRecord(&s) {
 		return reconcile.Result{}, nil
 	}
-	before := s.DeepCopy()
-	if err := r.writeStatus(ctx, &s, status); err != nil {
-		statusWrites.WithLabelValues(statuscalc.KindSubnet, "error").Inc()
-		if d.Assumed && (apierrors.IsNotFound(err) || apierrors.IsInvalid(err)) {
-			// The grant can never be written to the object it was made for
-			// (it is gone, replaced, or the status is refused): release it.
-			// Other errors (timeouts) keep it assumed, since the write may
-			// have landed; the retry writes the same range again.
-			r.Ledger.Forget(s.Namespace, ledger.SubnetKey(s.Name), s.UID, d.CIDR)
-			return reconcile.Result{}, nil
-		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	return reconcile.Result{}, r.recordAllocation(ctx, &s)
+}
+
+// needsRecord reports whether s holds a range that its spec does not name:
+// an allocated prefixLength claim whose range is not in spec.cidr yet.
+func needsRecord(s *ipamv1.Subnet) bool {
+	return s.Spec.CIDR == "" && s.Status.CIDR != "" && meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady)
+}
+
+// recordAllocation writes the range s holds into spec.cidr: the durable
+// record of the allocation. Status is not what a backup tool restores by
+// default, nor what a GitOps tool re-applies; spec is (a Service's
+// spec.clusterIP is the precedent). A Subnet re-created with both
+// prefixLength and cidr asks for that range again, through the same winner
+// order as any explicit claim.
+//
+// It is written after the status, never before: spec.cidr then only ever
+// names a range the API already shows the Subnet holding, so a new leader
+// reading it finds a claim on a range it was granted, not on one that an
+// unwritten grant promised. The JSON patch tests the UID (not a re-created
+// object) and status.cidr (the range is still the one held), and the CRD's
+// rules accept the new field only when it equals status.cidr. The spec
+// change bumps the generation; the status follows it in the reconcile that
+// the update triggers.
+func (r *SubnetReconciler) recordAllocation(ctx context.Context, s *ipamv1.Subnet) error {
+	patch, err := json.Marshal([]jsonPatchOp{
+		{Op: "test", Path: "/metadata/uid", Value: s.UID},
+		{Op: "test", Path: "/status/cidr", Value: s.Status.CIDR},
+		{Op: "add", Path: "/spec/cidr", Value: s.Status.CIDR},
+	})
+	if err != nil {
+		return err
 	}
-	statusWrites.WithLabelValues(statuscalc.KindSubnet, "success").Inc()
-	r.written.record(&s)
-	r.recordTransition(ctx, before, &s, d)
-	return reconcile.Result{}, nil
+	ctx, cancel := writeContext(ctx)
+	defer cancel()
+	if err := r.Client.Patch(ctx, s, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		allocationRecords.WithLabelValues("error").Inc()
+		if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+			// Gone, replaced, or its status moved on: the event of
+			// whatever changed requeues it.
+			return nil
+		}
+		return err
+	}
+	allocationRecords.WithLabelValues("success").Inc()
+	r.written.record(s)
+	return nil
 }
 
 // writeStatus replaces s's status, on the condition that the object at the

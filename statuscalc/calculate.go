@@ -10,6 +10,7 @@ import (
 	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	"github.com/subnet-operator/subnet-operator/ipspace"
@@ -27,8 +28,11 @@ type Figures struct {
 	// AllocatableAtExhaustionLength the free blocks of that length.
 	ExhaustionLength              int
 	AllocatableAtExhaustionLength *big.Int
-	Subnets                       int32
-	ChildPools                    int32
+	// FreeBlocks are the largest free blocks, at most MaxFreeBlocks,
+	// largest first and lowest address first among equals.
+	FreeBlocks []netip.Prefix
+	Subnets    int32
+	ChildPools int32
 	// Conflicts lists claims that lose to an overlapping claim, in winner
 	// order of the losers.
 	Conflicts []Conflict
@@ -52,7 +56,7 @@ type Readiness struct {
 // -1 when unset: Exhausted is measured at the default length, else at the
 // maximum, else at single addresses.
 func Measure(defaultLength, maxLength int, space *ipspace.Space) Figures {
-	f := Figures{Serving: space.Pool(), Usage: space.Usage()}
+	f := Figures{Serving: space.Pool(), Usage: space.Usage(), FreeBlocks: LargestFreeBlocks(space, MaxFreeBlocks)}
 	f.ExhaustionLength = f.Serving.Addr().BitLen()
 	switch {
 	case defaultLength >= 0:
@@ -65,6 +69,27 @@ func Measure(defaultLength, maxLength int, space *ipspace.Space) Figures {
 	}
 	f.AllocatableAtExhaustionLength = space.AllocatableBlocks(f.ExhaustionLength)
 	return f
+}
+
+// MaxFreeBlocks bounds status.freeBlocks: enough to see where the next
+// large allocations come from, few enough that a fragmented pool's status
+// stays small and does not change with every small allocation.
+const MaxFreeBlocks = 8
+
+// LargestFreeBlocks returns up to limit of the space's largest free blocks,
+// largest first, lowest address first among blocks of one size. The free
+// map keeps blocks by size, so this reads limit blocks, whatever the size
+// of the pool.
+func LargestFreeBlocks(space *ipspace.Space, limit int) []netip.Prefix {
+	var out []netip.Prefix
+	if limit <= 0 {
+		return out
+	}
+	space.FreeBlocks(func(p netip.Prefix) bool {
+		out = append(out, p)
+		return len(out) < limit
+	})
+	return out
 }
 
 // Length returns a prefix-length field as an int, -1 when unset.
@@ -282,9 +307,14 @@ func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPo
 	st.Reserved = u.Reserved.String()
 	st.Allocated = u.Held.String()
 	st.Free = u.Free.String()
-	st.Utilization = FormatPercent(u.Held, new(big.Int).Sub(u.Capacity, u.Reserved))
+	usable := new(big.Int).Sub(u.Capacity, u.Reserved)
+	st.Utilization = FormatPercent(u.Held, usable)
+	st.UtilizationPercent = ptr.To(WholePercent(u.Held, usable))
 	if u.LargestFree.IsValid() {
 		st.LargestFreeBlock = u.LargestFree.String()
+	}
+	for _, p := range f.FreeBlocks {
+		st.FreeBlocks = append(st.FreeBlocks, p.String())
 	}
 	if f.Allocatable != nil {
 		st.AllocatableBlocks = f.Allocatable.String()
@@ -328,13 +358,22 @@ func overlapping(conflicts []Conflict) metav1.Condition {
 // truncated (so a pool shows 100.00% only when it is full). A whole of zero
 // (everything reserved) reads as full.
 func FormatPercent(part, whole *big.Int) string {
-	if whole.Sign() <= 0 {
-		return "100.00%"
-	}
-	basisPoints := new(big.Int).Mul(part, big.NewInt(10000))
-	basisPoints.Quo(basisPoints, whole)
-	bp := basisPoints.Int64()
+	bp := basisPoints(part, whole)
 	return fmt.Sprintf("%d.%02d%%", bp/100, bp%100)
+}
+
+// WholePercent is FormatPercent's figure without the decimals: 100 only
+// when full.
+func WholePercent(part, whole *big.Int) int32 {
+	return int32(basisPoints(part, whole) / 100)
+}
+
+func basisPoints(part, whole *big.Int) int64 {
+	if whole.Sign() <= 0 {
+		return 10000
+	}
+	bp := new(big.Int).Mul(part, big.NewInt(10000))
+	return bp.Quo(bp, whole).Int64()
 }
 
 // Ratio returns part/whole as a float64 for metrics; 1 when whole is zero.

@@ -62,7 +62,8 @@ func TestCalculateStatus(t *testing.T) {
 			name: "empty IPv4 pool",
 			pool: pool("10.0.0.0/16", ptr.To[int32](24)),
 			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16", Capacity: "65536", Reserved: "0", Allocated: "0", Free: "65536",
-				Utilization: "0.00%", LargestFreeBlock: "10.0.0.0/16", AllocatableBlocks: "256"},
+				Utilization: "0.00%", UtilizationPercent: ptr.To[int32](0), LargestFreeBlock: "10.0.0.0/16",
+				FreeBlocks: []string{"10.0.0.0/16"}, AllocatableBlocks: "256"},
 		},
 		{
 			name: "Subnets and child pools are allocated space; pending ones are not",
@@ -74,7 +75,12 @@ func TestCalculateStatus(t *testing.T) {
 			},
 			children: []ipamv1.SubnetPool{child("team", 0, "10.0.128.0/17", "10.0.128.0/17")},
 			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16", Capacity: "65536", Reserved: "256", Allocated: "33280", Free: "32000",
-				Utilization: "50.98%", LargestFreeBlock: "10.0.32.0/19", AllocatableBlocks: "125", Subnets: 3, ChildPools: 1},
+				Utilization: "50.98%", UtilizationPercent: ptr.To[int32](50), LargestFreeBlock: "10.0.32.0/19",
+				// Largest first, lowest address first among equals: the gaps
+				// around a, b and the reserved 10.0.127.0/24.
+				FreeBlocks: []string{"10.0.32.0/19", "10.0.64.0/19", "10.0.16.0/20", "10.0.96.0/20",
+					"10.0.8.0/21", "10.0.112.0/21", "10.0.4.0/22", "10.0.120.0/22"},
+				AllocatableBlocks: "125", Subnets: 3, ChildPools: 1},
 		},
 		{
 			name: "adjacent claims do not overlap, a claim equal to the pool fills it",
@@ -84,14 +90,14 @@ func TestCalculateStatus(t *testing.T) {
 				subnet("high", 0, "10.0.0.128/25", "10.0.0.128/25"),
 			},
 			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/24", Capacity: "256", Reserved: "0", Allocated: "256", Free: "0",
-				Utilization: "100.00%", AllocatableBlocks: "0", Subnets: 2},
+				Utilization: "100.00%", UtilizationPercent: ptr.To[int32](100), AllocatableBlocks: "0", Subnets: 2},
 		},
 		{
 			name:    "pool of one address",
 			pool:    pool("10.1.1.1/32", ptr.To[int32](32)),
 			subnets: []ipamv1.Subnet{subnet("only", 0, "10.1.1.1/32", "10.1.1.1/32")},
 			want: ipamv1.SubnetPoolStatus{CIDR: "10.1.1.1/32", Capacity: "1", Reserved: "0", Allocated: "1", Free: "0",
-				Utilization: "100.00%", AllocatableBlocks: "0", Subnets: 1},
+				Utilization: "100.00%", UtilizationPercent: ptr.To[int32](100), AllocatableBlocks: "0", Subnets: 1},
 		},
 		{
 			name:    "IPv6 /48 with /64 claims: counts beyond 2^64",
@@ -99,7 +105,10 @@ func TestCalculateStatus(t *testing.T) {
 			subnets: []ipamv1.Subnet{subnet("a", 0, "", "2001:db8::/64"), subnet("b", 0, "", "2001:db8:0:1::/64")},
 			want: ipamv1.SubnetPoolStatus{CIDR: "2001:db8::/48", Capacity: "1208925819614629174706176", Reserved: "0",
 				Allocated: "36893488147419103232", Free: "1208888926126481755602944",
-				Utilization: "0.00%", LargestFreeBlock: "2001:db8:0:8000::/49", AllocatableBlocks: "65534", Subnets: 2},
+				Utilization: "0.00%", UtilizationPercent: ptr.To[int32](0), LargestFreeBlock: "2001:db8:0:8000::/49",
+				FreeBlocks: []string{"2001:db8:0:8000::/49", "2001:db8:0:4000::/50", "2001:db8:0:2000::/51", "2001:db8:0:1000::/52",
+					"2001:db8:0:800::/53", "2001:db8:0:400::/54", "2001:db8:0:200::/55", "2001:db8:0:100::/56"},
+				AllocatableBlocks: "65534", Subnets: 2},
 		},
 		{
 			name:    "IPv6 /0",
@@ -107,7 +116,8 @@ func TestCalculateStatus(t *testing.T) {
 			subnets: []ipamv1.Subnet{subnet("half", 0, "::/1", "::/1")},
 			want: ipamv1.SubnetPoolStatus{CIDR: "::/0", Capacity: "340282366920938463463374607431768211456", Reserved: "0",
 				Allocated: "170141183460469231731687303715884105728", Free: "170141183460469231731687303715884105728",
-				Utilization: "50.00%", LargestFreeBlock: "8000::/1", AllocatableBlocks: "1", Subnets: 1},
+				Utilization: "50.00%", UtilizationPercent: ptr.To[int32](50), LargestFreeBlock: "8000::/1",
+				FreeBlocks: []string{"8000::/1"}, AllocatableBlocks: "1", Subnets: 1},
 		},
 	}
 	for _, tt := range tests {
@@ -250,11 +260,16 @@ func TestFormatPercent(t *testing.T) {
 	for _, tt := range []struct {
 		part, whole int64
 		want        string
+		whole100    int32
 	}{
-		{0, 100, "0.00%"}, {1, 3, "33.33%"}, {2, 3, "66.66%"}, {99999, 100000, "99.99%"}, {5, 5, "100.00%"}, {0, 0, "100.00%"},
+		{0, 100, "0.00%", 0}, {1, 3, "33.33%", 33}, {2, 3, "66.66%", 66}, {99999, 100000, "99.99%", 99},
+		{5, 5, "100.00%", 100}, {0, 0, "100.00%", 100},
 	} {
 		if got := FormatPercent(big.NewInt(tt.part), big.NewInt(tt.whole)); got != tt.want {
 			t.Errorf("FormatPercent(%d, %d) = %s, want %s", tt.part, tt.whole, got, tt.want)
+		}
+		if got := WholePercent(big.NewInt(tt.part), big.NewInt(tt.whole)); got != tt.whole100 {
+			t.Errorf("WholePercent(%d, %d) = %d, want %d", tt.part, tt.whole, got, tt.whole100)
 		}
 	}
 }

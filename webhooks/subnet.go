@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,11 +21,13 @@ import (
 // outage would block Subnet and namespace deletion for nothing.
 // timeoutSeconds is explicit, and above every bound the webhooks put on
 // their own waits (Options), so a caller reads our answer.
-// Both webhooks see creates only: a Subnet's spec is immutable (the CRD's
-// transition rules refuse a change before validating webhooks run), so an
-// update has nothing to default and nothing left to check. config/webhook adds matchConditions, so
+// The validating webhook sees creates only: a Subnet's spec is immutable
+// (the CRD's transition rules refuse a change before validating webhooks
+// run), so an update has nothing left to check. The defaulting webhook sees
+// the one update it has something to do for (an update that leaves out the
+// recorded spec.cidr: see Default). config/webhook adds matchConditions, so
 // the API server calls either webhook only when its answer can matter.
-// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create,versions=v1alpha1,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha1,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
 // +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create,versions=v1alpha1,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
 
 var subnetGK = ipamv1.GroupVersion.WithKind("Subnet").GroupKind()
@@ -39,12 +42,19 @@ type SubnetDefaulter struct {
 
 var _ admission.Defaulter[*ipamv1.Subnet] = &SubnetDefaulter{}
 
-// Default implements admission.Defaulter. The spec is defaulted on create
-// only: it is immutable afterwards, so an update (a label, a finalizer) must
-// leave it as stored, even text stored in a non-canonical form while the
-// webhook was bypassed. (The webhook configuration does not send updates;
-// should it be configured to, they pass untouched.)
+// Default implements admission.Defaulter. The spec is defaulted on create.
+// It is immutable afterwards, so an update (a label, a finalizer) leaves it
+// as stored, even text stored in a non-canonical form while the webhook was
+// bypassed, with one exception: an update that leaves out the range the
+// controller recorded in spec.cidr of a prefixLength claim (kubectl replace
+// or a GitOps tool's replace with the manifest from Git) keeps it, as the
+// API server keeps a Service's allocated clusterIP. The webhook
+// configuration sends only such updates.
 func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
+	if operation(ctx) == "UPDATE" {
+		keepRecordedRange(ctx, s)
+		return nil
+	}
 	if operation(ctx) != "CREATE" {
 		return nil
 	}
@@ -72,6 +82,23 @@ func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 		return err
 	}
 	return nil
+}
+
+// keepRecordedRange copies spec.cidr from the stored object into an update
+// of a prefixLength claim that leaves it out. An update that changes the
+// claim itself is left for the schema to refuse.
+func keepRecordedRange(ctx context.Context, s *ipamv1.Subnet) {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil || s.Spec.CIDR != "" || s.Spec.PrefixLength == nil {
+		return
+	}
+	var old ipamv1.Subnet
+	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		return
+	}
+	if old.Spec.CIDR != "" && ptr.Equal(old.Spec.PrefixLength, s.Spec.PrefixLength) {
+		s.Spec.CIDR = old.Spec.CIDR
+	}
 }
 
 // SubnetValidator rejects malformed Subnets, Subnets that do not fit their
@@ -173,7 +200,10 @@ func validateSubnetUpdate(old, s *ipamv1.Subnet) verdict {
 	if s.Spec.PoolRef != old.Spec.PoolRef {
 		v.add(reasonImmutable, field.Invalid(specPath.Child("poolRef"), s.Spec.PoolRef, msg))
 	}
-	if s.Spec.CIDR != old.Spec.CIDR {
+	// The one change allowed: the controller records the range a
+	// prefixLength claim holds (recordAllocation in reconcilers).
+	recorded := old.Spec.CIDR == "" && old.Status.CIDR != "" && s.Spec.CIDR == old.Status.CIDR
+	if s.Spec.CIDR != old.Spec.CIDR && !recorded {
 		v.add(reasonImmutable, field.Invalid(specPath.Child("cidr"), s.Spec.CIDR, msg))
 	}
 	if !ptr.Equal(s.Spec.PrefixLength, old.Spec.PrefixLength) {

@@ -53,12 +53,18 @@ func TestSubnetCreateRules(t *testing.T) {
 			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
 		{name: "malformed", s: subnet("x", "p", "10.0.3/24"),
 			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
-		{name: "cidr and prefixLength", s: func() *ipamv1.Subnet {
+		{name: "cidr and a prefixLength it disagrees with", s: func() *ipamv1.Subnet {
 			s := subnet("x", "p", "10.0.3.0/24")
-			s.Spec.PrefixLength = ptr.To[int32](24)
+			s.Spec.PrefixLength = ptr.To[int32](25)
 			return s
 		}(),
 			want: field.ErrorList{field.Invalid(field.NewPath("spec", "prefixLength"), "", "")}},
+		// A restored prefixLength claim with its recorded range: valid.
+		{name: "cidr recorded on a prefixLength claim", s: func() *ipamv1.Subnet {
+			s := subnet("x", "p", "10.0.3.0/24")
+			s.Spec.PrefixLength = ptr.To[int32](24)
+			return s
+		}()},
 		{name: "other family", s: subnet("x", "p", "2001:db8::/64"),
 			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
 		{name: "outside the pool", s: subnet("x", "p", "10.9.0.0/24"),

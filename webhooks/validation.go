@@ -96,16 +96,21 @@ func validateSubnetSpec(spec *ipamv1.SubnetSpec, path *field.Path) verdict {
 	} else if err := validatePoolName(spec.PoolRef, path.Child("poolRef")); err != nil {
 		v.add(reasonInvalidPoolRef, err)
 	}
-	switch {
-	case spec.CIDR != "" && spec.PrefixLength != nil:
-		v.add(reasonInvalidSpec, field.Invalid(path.Child("prefixLength"), *spec.PrefixLength,
-			"set either cidr (an explicit range) or prefixLength (a range the controller allocates), not both"))
-	case spec.CIDR != "":
-		if _, err := validateCIDR(spec.CIDR, path.Child("cidr")); err != nil {
-			v.add(reasonInvalidCIDR, err)
-		}
-	case spec.PrefixLength != nil && (*spec.PrefixLength < 0 || *spec.PrefixLength > 128):
+	if spec.PrefixLength != nil && (*spec.PrefixLength < 0 || *spec.PrefixLength > 128) {
 		v.add(reasonPrefixBounds, field.Invalid(path.Child("prefixLength"), *spec.PrefixLength, "must be between 0 and 128"))
+	}
+	if spec.CIDR == "" {
+		return v
+	}
+	p, err := validateCIDR(spec.CIDR, path.Child("cidr"))
+	switch {
+	case err != nil:
+		v.add(reasonInvalidCIDR, err)
+	case spec.PrefixLength != nil && p.Bits() != int(*spec.PrefixLength):
+		// Both set is a prefixLength claim with the range allocated to it
+		// recorded (a restore from a backup): they must agree.
+		v.add(reasonInvalidSpec, field.Invalid(path.Child("prefixLength"), *spec.PrefixLength,
+			fmt.Sprintf("disagrees with cidr %s: set either cidr (an explicit range) or prefixLength (a range the controller allocates); both only as the controller records an allocation (cidr a /prefixLength range)", spec.CIDR)))
 	}
 	return v
 }

@@ -10,10 +10,15 @@ import (
 // controller falls back to it when the webhook was bypassed).
 //
 // The spec is immutable: a Subnet is a claim, and moving a claim means
-// releasing it (delete) and claiming anew (create).
+// releasing it (delete) and claiming anew (create). One field is written
+// once after creation: the controller records the range it allocated to a
+// prefixLength claim in spec.cidr (as the API server records a Service's
+// clusterIP), so that the Subnet asks for the same range again when it is
+// restored from a backup without status.
 //
-// +kubebuilder:validation:XValidation:rule="!(has(self.cidr) && has(self.prefixLength))",message="set either cidr (an explicit range) or prefixLength (a range the controller allocates), not both"
-// +kubebuilder:validation:XValidation:rule="has(self.cidr) == has(oldSelf.cidr) && has(self.prefixLength) == has(oldSelf.prefixLength)",message="cidr and prefixLength cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"
+// +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength)",message="prefixLength cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || has(self.cidr)",message="cidr cannot be removed: it is the range this Subnet claims (for a prefixLength claim, the range allocated to it)"
 type SubnetSpec struct {
 	// PoolRef names the SubnetPool, in the same namespace, the range is
 	// claimed from. Immutable. The pool need not exist yet: the Subnet waits
@@ -26,7 +31,12 @@ type SubnetSpec struct {
 	PoolRef string `json:"poolRef"`
 
 	// CIDR is an explicit range to claim, in canonical form (10.0.1.0/24,
-	// 2001:db8:0:1::/64). Host bits must be zero. Immutable.
+	// 2001:db8:0:1::/64). Host bits must be zero. Immutable once set.
+	//
+	// On a prefixLength claim the controller sets it, once, to the range it
+	// allocated (status.cidr); a Subnet created with both, as a restore
+	// from a backup does, asks for that range again. Leave it out of
+	// manifests you apply: an apply that omits it keeps it.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
@@ -75,15 +85,20 @@ type SubnetStatus struct {
 
 // Subnet is a range claimed from a SubnetPool.
 //
+// The CIDR column is spec.cidr: the range asked for, or the range allocated
+// to a prefixLength claim; State says whether the Subnet holds it (Held,
+// with -o wide, is status.cidr).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.cidr) || has(oldSelf.spec.cidr) || (has(oldSelf.status) && has(oldSelf.status.cidr) && self.spec.cidr == oldSelf.status.cidr)",message="spec.cidr can be added after creation only to record the range the Subnet holds (status.cidr); to claim another range, create a new Subnet"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sn,categories=ipam
 // +kubebuilder:selectablefield:JSONPath=`.spec.poolRef`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef`
-// +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.status.cidr`
+// +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`
+// +kubebuilder:printcolumn:name="Length",type=integer,JSONPath=`.spec.prefixLength`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
-// +kubebuilder:printcolumn:name="Requested",type=string,JSONPath=`.spec.cidr`,priority=1
-// +kubebuilder:printcolumn:name="Prefix",type=integer,JSONPath=`.spec.prefixLength`,priority=1
+// +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.cidr`,priority=1
 // +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=`.status.addresses`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Subnet struct {

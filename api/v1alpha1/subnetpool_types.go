@@ -95,13 +95,25 @@ type SubnetPoolStatus struct {
 	// +optional
 	Allocated string `json:"allocated,omitempty"`
 
-	// Free is capacity minus reserved minus allocated.
+	// Free is capacity minus reserved minus allocated. A decimal string,
+	// since an IPv6 pool's count does not fit an integer field; kubectl
+	// --sort-by=.status.free still orders it numerically (it compares
+	// strings that parse as numbers by value).
 	// +optional
 	Free string `json:"free,omitempty"`
 
-	// Utilization is allocated / (capacity - reserved), as a percentage.
+	// Utilization is allocated / (capacity - reserved), as a percentage
+	// with two decimals, truncated ("37.50%").
 	// +optional
 	Utilization string `json:"utilization,omitempty"`
+
+	// UtilizationPercent is Utilization as a whole number, truncated (100
+	// only when full): sort pools with
+	// kubectl get snp --sort-by=.status.utilizationPercent.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	UtilizationPercent *int32 `json:"utilizationPercent,omitempty"`
 
 	// Subnets is the number of Subnets that reference this pool.
 	// +optional
@@ -115,6 +127,15 @@ type SubnetPoolStatus struct {
 	// first), for example 10.0.128.0/17. Empty when the pool is full.
 	// +optional
 	LargestFreeBlock string `json:"largestFreeBlock,omitempty"`
+
+	// FreeBlocks are the largest free aligned blocks, at most 8: largest
+	// first, lowest address first among blocks of one size. Together they
+	// show where the next large allocations can come from; kubectl ipam
+	// free lists them all.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	FreeBlocks []string `json:"freeBlocks,omitempty"`
 
 	// AllocatableBlocks is how many blocks of spec.defaultPrefixLength can
 	// still be allocated, given fragmentation. Empty without a default length.
@@ -140,10 +161,11 @@ type SubnetPoolStatus struct {
 // +kubebuilder:selectablefield:JSONPath=`.spec.parentRef`
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`
 // +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.spec.parentRef`
-// +kubebuilder:printcolumn:name="Utilization",type=string,JSONPath=`.status.utilization`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Used%",type=integer,JSONPath=`.status.utilizationPercent`
 // +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.free`
 // +kubebuilder:printcolumn:name="Largest Free",type=string,JSONPath=`.status.largestFreeBlock`
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
+// +kubebuilder:printcolumn:name="Utilization",type=string,JSONPath=`.status.utilization`,priority=1
 // +kubebuilder:printcolumn:name="Subnets",type=integer,JSONPath=`.status.subnets`,priority=1
 // +kubebuilder:printcolumn:name="Allocatable",type=string,JSONPath=`.status.allocatableBlocks`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

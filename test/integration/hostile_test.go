@@ -79,7 +79,7 @@ func catalog() []hostile {
 		{rule: "prefixLength shorter than the pool", create: sub("h25b", "{poolRef: dc, prefixLength: 12}"), want: `prefix length 12 does not fit SubnetPool NS/dc (10.0.0.0/16): use 20 to 28`},
 		{rule: "prefixLength beyond 128", create: sub("h26", "{poolRef: dc, prefixLength: 129}"), want: `spec.prefixLength: Invalid value: 129: must be between 0 and 128`},
 		{rule: "negative prefixLength", create: sub("h27", "{poolRef: dc, prefixLength: -1}"), want: `spec.prefixLength: Invalid value: -1: must be between 0 and 128`},
-		{rule: "both cidr and prefixLength", create: sub("h28", "{poolRef: dc, cidr: 10.0.2.0/24, prefixLength: 24}"), want: `set either cidr (an explicit range) or prefixLength (a range the controller allocates), not both`},
+		{rule: "cidr and a prefixLength it disagrees with", create: sub("h28", "{poolRef: dc, cidr: 10.0.2.0/24, prefixLength: 25}"), want: `spec.prefixLength: Invalid value: 25: disagrees with cidr 10.0.2.0/24: set either cidr (an explicit range) or prefixLength (a range the controller allocates)`},
 		// Overlaps.
 		{rule: "equal to a Subnet", create: subJSON("h29", "10.0.1.0/24"), want: `overlaps Subnet NS/web (10.0.1.0/24)`},
 		{rule: "containing a Subnet", create: subJSON("h30", "10.0.0.0/22"), want: `overlaps Subnet NS/web (10.0.1.0/24)`},

@@ -202,7 +202,7 @@ func TestWebhookUnreachableFailsClosed(t *testing.T) {
 	for _, tc := range []struct{ spec, want string }{
 		{"{poolRef: p, cidr: 10.90.2.1/24}", "host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"},
 		{"{poolRef: p, cidr: 10.90.2.0/33}", "must be a CIDR such as 10.0.1.0/24 or 2001:db8:0:1::/64"},
-		{"{poolRef: p, cidr: 10.90.2.0/24, prefixLength: 24}", "set either cidr (an explicit range) or prefixLength (a range the controller allocates), not both"},
+		{"{poolRef: p, cidr: 10.90.2.0/24, prefixLength: 25}", "cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"},
 		{`{poolRef: "", prefixLength: 24}`, "spec.poolRef in body should be at least 1 chars long"},
 	} {
 		manifest := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: bad, namespace: %s}\nspec: %s\n", ns, tc.spec)

@@ -80,6 +80,11 @@ func (r *quiescentReport) checkSubnet(w *world, s *obj) {
 		r.add("L1", id(s, "deleting"), "Subnet has a deletionTimestamp: %s", s)
 	}
 	if ready.Status == metav1.ConditionTrue {
+		// Durable allocations: what a Ready Subnet holds is in its spec,
+		// so a restore without status asks for it again.
+		if s.CIDR != s.StatusCIDR {
+			r.add("L1", id(s, "recorded"), "Subnet holds %s but spec.cidr is %q: %s", s.StatusCIDR, s.CIDR, s)
+		}
 		return
 	}
 	justified, fit := subnetReasons(w, s)

@@ -114,8 +114,13 @@ func pool(name, parent, cidr string) obj {
 		Figures: &ipamv1.SubnetPoolStatus{}}
 }
 
+// granted: a Subnet that holds cidr, recorded in its spec as the
+// controller does.
 func (o obj) granted(cidr string) obj {
 	o.StatusCIDR = cidr
+	if o.Kind == kindSubnet && o.CIDR == "" {
+		o.CIDR = cidr
+	}
 	o.Conditions = []metav1.Condition{{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated, ObservedGeneration: o.Generation}}
 	return o
 }

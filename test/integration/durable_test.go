@@ -1,0 +1,261 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+)
+
+// recorded waits until every dynamic Subnet of the namespace is Ready with
+// its range recorded in spec.cidr, and returns each Subnet's range by name.
+func recorded(t *testing.T, ns string, want int) map[string]string {
+	t.Helper()
+	ranges := map[string]string{}
+	eventually(t, 30*time.Second, func() error {
+		var list ipamv1.SubnetList
+		if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(list.Items) != want {
+			return fmt.Errorf("%d Subnets, want %d", len(list.Items), want)
+		}
+		for _, s := range list.Items {
+			switch {
+			case !meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady):
+				return fmt.Errorf("Subnet %s is not Ready: %+v", s.Name, s.Status.Conditions)
+			case s.Spec.CIDR != s.Status.CIDR:
+				return fmt.Errorf("Subnet %s holds %s, spec.cidr is %q", s.Name, s.Status.CIDR, s.Spec.CIDR)
+			case s.Status.ObservedGeneration != s.Generation:
+				return fmt.Errorf("Subnet %s: status observed generation %d of %d", s.Name, s.Status.ObservedGeneration, s.Generation)
+			}
+			ranges[s.Name] = s.Status.CIDR
+		}
+		return nil
+	})
+	return ranges
+}
+
+// exportWithoutStatus is what a backup tool keeps of an object by default:
+// its metadata as a user wrote it (no UID, resourceVersion, timestamps,
+// finalizers or managedFields) and its spec; no status.
+func exportWithoutStatus(t *testing.T, obj client.Object) *unstructured.Unstructured {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u unstructured.Unstructured
+	if err := json.Unmarshal(raw, &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": ipamv1.GroupVersion.String(), "kind": obj.GetObjectKind().GroupVersionKind().Kind,
+		"spec": u.Object["spec"],
+	}}
+	out.SetNamespace(obj.GetNamespace())
+	out.SetName(obj.GetName())
+	out.SetLabels(obj.GetLabels())
+	return out
+}
+
+// Durable allocations: every object of a pool tree exported without status,
+// deleted, and created again (in another order, Subnets first, as a restore
+// or a GitOps sync may) gets every range back. A dynamic Subnet's range is
+// in its spec, recorded by the controller.
+func TestBackupWithoutStatusRestoresEveryRange(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	root := newPool(ns, "plan", "10.60.0.0/16", 24)
+	team := newPool(ns, "team", "10.60.128.0/18", 26)
+	team.Spec.ParentRef = "plan"
+	create(t, root, team)
+	var subnets []*ipamv1.Subnet
+	for i, length := range []int32{24, 26, 25, 28, 24, 27} {
+		subnets = append(subnets, newSubnet(ns, fmt.Sprintf("root-%d", i), "plan", length))
+	}
+	for i, length := range []int32{26, 28, 27, 26} {
+		subnets = append(subnets, newSubnet(ns, fmt.Sprintf("team-%d", i), "team", length))
+	}
+	subnets = append(subnets, explicitSubnet(ns, "explicit", "plan", "10.60.100.0/24"))
+	// One that names neither: the webhook fills the pool's default length.
+	subnets = append(subnets, &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaulted"}, Spec: ipamv1.SubnetSpec{PoolRef: "team"}})
+	for _, s := range subnets {
+		create(t, s)
+	}
+	before := recorded(t, ns, len(subnets))
+
+	var pools ipamv1.SubnetPoolList
+	var list ipamv1.SubnetList
+	if err := k8s.List(ctx, &pools, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var backup []*unstructured.Unstructured
+	for i := range list.Items {
+		list.Items[i].Kind = "Subnet"
+		backup = append(backup, exportWithoutStatus(t, &list.Items[i]))
+	}
+	for i := range pools.Items {
+		pools.Items[i].Kind = "SubnetPool"
+		backup = append(backup, exportWithoutStatus(t, &pools.Items[i]))
+	}
+
+	// Delete everything, claims before the pools they use (the webhook
+	// refuses to delete a pool in use).
+	for _, o := range backup { // Subnets first, then pools by name: plan, team
+		if o.GetKind() == "Subnet" {
+			if err := k8s.Delete(ctx, o.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, name := range []string{"team", "plan"} {
+		eventually(t, 30*time.Second, func() error {
+			err := k8s.Delete(ctx, &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err // refused while the ledger still counts a user
+		})
+	}
+	eventually(t, 30*time.Second, func() error {
+		var pools ipamv1.SubnetPoolList
+		var list ipamv1.SubnetList
+		if err := k8s.List(ctx, &pools, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if n := len(pools.Items) + len(list.Items); n > 0 {
+			return fmt.Errorf("%d objects left", n)
+		}
+		return nil
+	})
+
+	// Restore in a shuffled order, Subnets before their pools.
+	rand.Shuffle(len(backup), func(i, j int) { backup[i], backup[j] = backup[j], backup[i] })
+	for _, o := range backup {
+		if err := k8s.Create(ctx, o.DeepCopy()); err != nil {
+			t.Fatalf("restoring %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	after := recorded(t, ns, len(subnets))
+	for name, cidr := range before {
+		if after[name] != cidr {
+			t.Errorf("Subnet %s held %s before the backup, %s after the restore", name, cidr, after[name])
+		}
+	}
+}
+
+// Re-applying the manifests from Git (which never name the allocated range)
+// keeps every range, and tools that compare Git with the cluster see no
+// drift: a server-side apply by another field manager leaves the
+// controller's spec.cidr alone, and a replace with the Git manifest keeps it
+// (the defaulting webhook, as the API server keeps a Service's clusterIP).
+func TestReapplyFromGitKeepsTheRange(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	create(t, newPool(ns, "plan", "10.61.0.0/16", 24), newSubnet(ns, "web", "plan", 26))
+	held := recorded(t, ns, 1)["web"]
+	gitManifest := fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet",
+		"metadata":{"name":"web","namespace":%q,"labels":{"app":"web"}},"spec":{"poolRef":"plan","prefixLength":26}}`, ns)
+
+	// Flux: server-side apply, forced, dry run first (its drift check),
+	// then for real.
+	for _, dryRun := range []bool{true, false} {
+		opts := []client.PatchOption{client.FieldOwner("kustomize-controller"), client.ForceOwnership}
+		if dryRun {
+			opts = append(opts, client.DryRunAll)
+		}
+		var s ipamv1.Subnet
+		s.Namespace, s.Name = ns, "web"
+		if err := k8s.Patch(ctx, &s, client.RawPatch(types.ApplyPatchType, []byte(gitManifest)), opts...); err != nil {
+			t.Fatalf("server-side apply (dry run %v): %v", dryRun, err)
+		}
+		if s.Spec.CIDR != held {
+			t.Errorf("server-side apply (dry run %v) left spec.cidr %q, want %s", dryRun, s.Spec.CIDR, held)
+		}
+	}
+
+	// kubectl replace / Argo CD's Replace=true: a full update without
+	// spec.cidr.
+	if _, stderr, err := kubectl(t, strings.Replace(gitManifest, `"labels":{"app":"web"}`, `"labels":{"app":"web","tier":"front"}`, 1), "replace", "-f", "-"); err != nil {
+		t.Fatalf("kubectl replace: %v: %s", err, stderr)
+	}
+	var s ipamv1.Subnet
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Spec.CIDR != held || s.Labels["tier"] != "front" {
+		t.Errorf("after kubectl replace: spec.cidr %q (want %s), labels %v", s.Spec.CIDR, held, s.Labels)
+	}
+	if got := recorded(t, ns, 1)["web"]; got != held {
+		t.Errorf("Subnet web holds %s after the re-applies, held %s before", got, held)
+	}
+
+	// Removing the record outright keeps it too (a Service's clusterIP
+	// behaves the same); with the webhook bypassed, the schema refuses it.
+	if err := k8s.Patch(ctx, &s, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cidr":null}}`))); err != nil {
+		t.Fatalf("merge patch removing spec.cidr: %v", err)
+	}
+	if s.Spec.CIDR != held {
+		t.Errorf("after a merge patch removing spec.cidr: %q, want %s kept", s.Spec.CIDR, held)
+	}
+	restore := setWebhookOperations(t, mutatingConfiguration, noOperations)
+	defer restore()
+	eventually(t, 10*time.Second, func() error {
+		err := k8s.Patch(ctx, &s, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cidr":null}}`)))
+		if err == nil || !strings.Contains(err.Error(), "cidr cannot be removed") {
+			return fmt.Errorf("removing spec.cidr with the webhook bypassed: got %v, want the schema's refusal", err)
+		}
+		return nil
+	})
+}
+
+// spec.cidr can be added after creation only to record the range held: a
+// user cannot turn a waiting prefixLength claim into a claim on a range of
+// their choosing, nor record another range than the one held.
+func TestOnlyTheHeldRangeCanBeRecorded(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	// A full pool: the claim waits.
+	full := newPool(ns, "full", "10.62.0.0/24", 25)
+	create(t, full, explicitSubnet(ns, "all", "full", "10.62.0.0/24"), newSubnet(ns, "waits", "full", 25))
+	subnetReason(t, ns, "waits", ipamv1.ReasonPoolExhausted)
+	waits := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "waits"}}
+	err := k8s.Patch(ctx, waits, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cidr":"10.62.0.0/25"}}`)))
+	if err == nil || !strings.Contains(err.Error(), "only to record the range the Subnet holds") {
+		t.Errorf("adding spec.cidr to a waiting claim: got %v, want the schema's refusal", err)
+	}
+
+	ns = namespace(t)
+	create(t, newPool(ns, "free", "10.63.0.0/24", 26), newSubnet(ns, "holds", "free", 26))
+	held := recorded(t, ns, 1)["holds"]
+	other := "10.63.0.192/26"
+	if held == other {
+		other = "10.63.0.128/26"
+	}
+	holds := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "holds"}}
+	err = k8s.Patch(ctx, holds, client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"cidr":%q}}`, other))))
+	if err == nil || !strings.Contains(err.Error(), "immutable") {
+		t.Errorf("changing the recorded spec.cidr: got %v, want the schema's refusal", err)
+	}
+}
