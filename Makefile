@@ -62,6 +62,13 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (config: .golangci.yml).
 build: ## Build the manager into bin/manager.
 	go build -o $(LOCALBIN)/manager ./cmd/manager
 
+# kubectl finds a plugin by its name (kubectl-ipam) on the PATH.
+PLUGIN_DIR ?= $(shell go env GOPATH)/bin
+.PHONY: install-plugin
+install-plugin: ## Install the kubectl plugin (kubectl ipam) into PLUGIN_DIR (default: GOPATH/bin, put it on your PATH).
+	go build -o $(PLUGIN_DIR)/kubectl-ipam ./cmd/kubectl-ipam
+	@echo "installed $(PLUGIN_DIR)/kubectl-ipam: run kubectl ipam --help"
+
 # The manager's container image (see the Dockerfile), built with podman.
 IMAGE ?= localhost/subnet-operator:dev
 VERSION ?= dev

@@ -4,6 +4,8 @@
 #   subnet-operator-<v>.tgz        the Helm chart, its image pinned by the same digest
 #   subnet-operator-image-<V>.tar  the image as an OCI archive, gzip layers:
 #                                  the bytes whose manifest digest install.yaml names
+#   kubectl-ipam_<V>_<os>_<arch>.tar.gz  the kubectl plugin, for linux and darwin, amd64 and arm64
+#   ipam.yaml                      the plugin's krew manifest (hack/krew/ipam.yaml, filled in)
 #   checksums.txt                  SHA-256 of each
 # Usage: VERSION=v0.2.0 hack/release.sh   (make release VERSION=v0.2.0)
 # Publishing copies the archive to the registry with its digest unchanged:
@@ -54,6 +56,22 @@ grep -q "^  digest: \"$digest\"" "$chart/values.yaml" ||
   { echo "could not pin the chart's image.digest" >&2; exit 1; }
 "$assets/helm" package "$chart" --version "${VERSION#v}" --app-version "$VERSION" --destination "$dist" >/dev/null
 
-(cd "$dist" && sha256sum install.yaml "$archive" subnet-operator-*.tgz >checksums.txt)
+# The kubectl plugin: a static binary per platform, archived as krew wants
+# (tar.gz), and the krew manifest naming each archive's SHA-256.
+release_url=${RELEASE_URL:-https://github.com/subnet-operator/subnet-operator/releases/download/$VERSION}
+plugin=$overlay/plugin
+manifest=$(sed "s|VERSION|$VERSION|g; s|URL|$release_url|g" hack/krew/ipam.yaml)
+for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
+  os=${platform%/*} arch=${platform#*/}
+  mkdir -p "$plugin/$os-$arch"
+  CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "-s -w" -o "$plugin/$os-$arch/kubectl-ipam" ./cmd/kubectl-ipam
+  tgz=kubectl-ipam_${VERSION}_${os}_${arch}.tar.gz
+  tar -C "$plugin/$os-$arch" --owner=0 --group=0 --mtime=@0 -czf "$dist/$tgz" kubectl-ipam
+  sum=$(sha256sum "$dist/$tgz" | cut -d' ' -f1)
+  manifest=${manifest//SHA256_${os}_${arch}/$sum}
+done
+printf '%s\n' "$manifest" >"$dist/ipam.yaml"
+
+(cd "$dist" && sha256sum install.yaml "$archive" subnet-operator-*.tgz kubectl-ipam_*.tar.gz ipam.yaml >checksums.txt)
 echo "Release $VERSION in $dist: image $repo@$digest"
 ls -l "$dist"

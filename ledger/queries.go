@@ -3,6 +3,7 @@ package ledger
 import (
 	"iter"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -224,6 +225,27 @@ func (l *Ledger) PoolFigures(namespace, name string) (statuscalc.Figures, bool) 
 	f.Subnets, f.ChildPools = int32(s.subnets), int32(s.children)
 	f.Conflicts = n.conflicts(s)
 	return f, true
+}
+
+// FreeBlocks returns up to limit (0: all) of a pool's free blocks from its
+// maintained free-space map, largest first and lowest address first among
+// blocks of one size, and the range the pool serves; false if the pool is
+// unknown or serves no range. For kubectl ipam free.
+func (l *Ledger) FreeBlocks(namespace, name string, limit int) ([]netip.Prefix, netip.Prefix, bool) {
+	n := l.ns(namespace, false)
+	if n == nil {
+		return nil, netip.Prefix{}, false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	s := n.slots[name]
+	if s == nil || s.pool == nil || s.space == nil {
+		return nil, netip.Prefix{}, false
+	}
+	if limit <= 0 {
+		limit = math.MaxInt
+	}
+	return statuscalc.LargestFreeBlocks(s.space, limit), s.space.Pool(), true
 }
 
 // conflicts lists, in winner order of the losers, the claims of a slot that

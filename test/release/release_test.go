@@ -15,8 +15,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/subnet-operator/subnet-operator/test/controlplane"
 	"github.com/subnet-operator/subnet-operator/test/environment"
@@ -38,6 +41,7 @@ func TestReleaseInstallsWithCertManagerAlone(t *testing.T) {
 		t.Fatalf("hack/release.sh: %v\n%s", err, out)
 	}
 	verifyChecksums(t, dist)
+	verifyKrewManifest(t, dist)
 	installPath := filepath.Join(dist, "install.yaml")
 	install, err := os.ReadFile(installPath)
 	if err != nil {
@@ -169,7 +173,53 @@ func verifyChecksums(t *testing.T, dist string) {
 		}
 		lines++
 	}
-	if lines != 3 {
-		t.Errorf("checksums.txt lists %d files, want install.yaml, the chart and the image archive", lines)
+	if lines != 8 {
+		t.Errorf("checksums.txt lists %d files, want install.yaml, the chart, the image archive, four plugin archives and the krew manifest", lines)
+	}
+}
+
+// verifyKrewManifest checks that the krew manifest names every plugin
+// archive by its SHA-256, and that the archive for this machine holds a
+// kubectl-ipam that runs.
+func verifyKrewManifest(t *testing.T, dist string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dist, "ipam.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		Spec struct {
+			Version   string
+			Platforms []struct {
+				URI, SHA256, Bin string
+				Selector         struct{ MatchLabels map[string]string }
+			}
+		}
+	}
+	if err := yaml.Unmarshal(raw, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	if manifest.Spec.Version != version || len(manifest.Spec.Platforms) != 4 {
+		t.Fatalf("krew manifest: version %q, %d platforms; want %s and 4", manifest.Spec.Version, len(manifest.Spec.Platforms), version)
+	}
+	for _, p := range manifest.Spec.Platforms {
+		name := p.URI[strings.LastIndex(p.URI, "/")+1:]
+		data, err := os.ReadFile(filepath.Join(dist, name))
+		if err != nil {
+			t.Fatalf("krew manifest names %s: %v", p.URI, err)
+		}
+		if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != p.SHA256 {
+			t.Errorf("krew manifest: %s sha256 %s, the archive's is %x", name, p.SHA256, sum)
+		}
+		if p.Selector.MatchLabels["os"] != runtime.GOOS || p.Selector.MatchLabels["arch"] != runtime.GOARCH {
+			continue
+		}
+		dir := t.TempDir()
+		if out, err := exec.Command("tar", "-xzf", filepath.Join(dist, name), "-C", dir).CombinedOutput(); err != nil {
+			t.Fatalf("unpacking %s: %v\n%s", name, err, out)
+		}
+		if out, err := exec.Command(filepath.Join(dir, p.Bin), "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "kubectl ipam") {
+			t.Errorf("%s from %s --help: %v\n%s", p.Bin, name, err, out)
+		}
 	}
 }

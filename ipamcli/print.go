@@ -1,0 +1,178 @@
+package ipamcli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+)
+
+// printer writes a result as a table (for people) or as JSON or YAML (for
+// scripts, whose field names are the result types' json tags).
+type printer struct {
+	out    io.Writer
+	format string // "", "json" or "yaml"
+	color  bool   // ANSI colours: only on a terminal, and never with NO_COLOR
+}
+
+// structured writes v as JSON or YAML and reports true, or reports false
+// for a table.
+func (p printer) structured(v any) (bool, error) {
+	switch p.format {
+	case "":
+		return false, nil
+	case "json":
+		enc := json.NewEncoder(p.out)
+		enc.SetIndent("", "  ")
+		return true, enc.Encode(v)
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = p.out.Write(b)
+		return true, err
+	}
+	return true, fmt.Errorf("unknown output format %q: use json or yaml", p.format)
+}
+
+func (p printer) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(p.out, 0, 0, 2, ' ', 0)
+}
+
+// barWidth is the width of a utilization bar, in cells.
+const barWidth = 10
+
+// bar draws a utilization bar. On a terminal it is coloured by how full the
+// pool is (green, yellow from 70%, red from 90%); every colour code has the
+// same length, so the table's columns stay aligned.
+func (p printer) bar(percent int32) string {
+	filled := int(min(max(percent, 0), 100)) * barWidth / 100
+	b := strings.Repeat("█", filled) + strings.Repeat("░", barWidth-filled)
+	if !p.color {
+		return b
+	}
+	colour := "32"
+	switch {
+	case percent >= 90:
+		colour = "31"
+	case percent >= 70:
+		colour = "33"
+	}
+	return "\x1b[" + colour + "m" + b + "\x1b[0m"
+}
+
+func (p printer) tree(roots []PoolNode) error {
+	if ok, err := p.structured(roots); ok {
+		return err
+	}
+	if len(roots) == 0 {
+		_, err := fmt.Fprintln(p.out, "No SubnetPools found.")
+		return err
+	}
+	w := p.table()
+	fmt.Fprintln(w, "POOL\tCIDR\tREADY\tUSED\t\tFREE\tLARGEST FREE\tSUBNETS")
+	var walk func(n PoolNode, prefix, branch string)
+	walk = func(n PoolNode, prefix, branch string) {
+		name := n.Namespace + "/" + n.Name
+		if n.MissingParent != "" {
+			name += " (parent " + n.MissingParent + " not found)"
+		}
+		if n.InCycle {
+			name += " (on a parentRef cycle)"
+		}
+		ready := n.Ready
+		if n.Ready != "True" && n.Reason != "" {
+			ready += " (" + n.Reason + ")"
+		}
+		used, free, largest := "", orDash(n.Free), orDash(n.LargestFreeBlock)
+		if n.Utilization != "" {
+			used = n.Utilization
+		}
+		fmt.Fprintf(w, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", prefix, branch+name, n.CIDR, ready, p.bar(n.UtilizationPercent), orDash(used), free, largest, n.Subnets)
+		next := prefix
+		switch branch {
+		case "├─ ":
+			next += "│  "
+		case "└─ ":
+			next += "   "
+		}
+		for i, c := range n.Children {
+			b := "├─ "
+			if i == len(n.Children)-1 {
+				b = "└─ "
+			}
+			walk(c, next, b)
+		}
+	}
+	for _, r := range roots {
+		walk(r, "", "")
+	}
+	return w.Flush()
+}
+
+func (p printer) free(r FreeResult) error {
+	if ok, err := p.structured(r); ok {
+		return err
+	}
+	w := p.table()
+	if r.Length == nil {
+		fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s free addresses in %d blocks\n\n", r.Namespace, r.Pool, r.CIDR, r.Total, len(r.Blocks))
+		fmt.Fprintln(w, "FREE BLOCK\tADDRESSES")
+		for _, b := range r.Blocks {
+			fmt.Fprintf(w, "%s\t%s\n", b.CIDR, b.Addresses)
+		}
+		return w.Flush()
+	}
+	fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s /%d ranges can be allocated, from %d blocks\n\n", r.Namespace, r.Pool, r.CIDR, r.Total, *r.Length, len(r.Blocks))
+	if len(r.Blocks) == 0 {
+		return w.Flush()
+	}
+	fmt.Fprintf(w, "FREE BLOCK\tADDRESSES\t/%d RANGES\n", *r.Length)
+	for _, b := range r.Blocks {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", b.CIDR, b.Addresses, b.Fits)
+	}
+	return w.Flush()
+}
+
+func (p printer) next(r NextResult) error {
+	if ok, err := p.structured(r); ok {
+		return err
+	}
+	if r.CIDR == "" {
+		_, err := fmt.Fprintf(p.out, "No /%d would be allocated from SubnetPool %s/%s: %s: %s\n", r.Length, r.Namespace, r.Pool, r.Reason, r.Message)
+		return err
+	}
+	_, err := fmt.Fprintf(p.out, "%s\n", r.CIDR)
+	return err
+}
+
+func (p printer) whoHas(query string, holders []Holder) error {
+	if ok, err := p.structured(holders); ok {
+		return err
+	}
+	if len(holders) == 0 {
+		_, err := fmt.Fprintf(p.out, "Nothing holds or asks for %s.\n", query)
+		return err
+	}
+	w := p.table()
+	fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tCIDR\tPOOL\tSTATE\tHOLDS")
+	for _, h := range holders {
+		holds := "no (asks)"
+		if h.Holds {
+			holds = "yes"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Kind, h.Namespace, h.Name, h.CIDR, orDash(h.Pool), h.State, holds)
+	}
+	return w.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,309 @@
+package ipamcli
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/big"
+	"net/netip"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ipspace"
+	"github.com/subnet-operator/subnet-operator/ledger"
+)
+
+// PoolNode is one pool of the tree, with the figures its status shows.
+type PoolNode struct {
+	Namespace          string     `json:"namespace"`
+	Name               string     `json:"name"`
+	CIDR               string     `json:"cidr"`
+	Ready              string     `json:"ready"`
+	Reason             string     `json:"reason,omitempty"`
+	Capacity           string     `json:"capacity,omitempty"`
+	Allocated          string     `json:"allocated,omitempty"`
+	Free               string     `json:"free,omitempty"`
+	Utilization        string     `json:"utilization,omitempty"`
+	UtilizationPercent int32      `json:"utilizationPercent"`
+	LargestFreeBlock   string     `json:"largestFreeBlock,omitempty"`
+	Subnets            int32      `json:"subnets"`
+	MissingParent      string     `json:"missingParent,omitempty"`
+	InCycle            bool       `json:"inCycle,omitempty"`
+	Children           []PoolNode `json:"children,omitempty"`
+}
+
+// Tree returns the pools of the namespace ("" for every namespace) as
+// trees: roots, each with its child pools, in name order. A pool whose
+// parent does not exist is shown as a root, naming the missing parent.
+func Tree(ctx context.Context, c client.Reader, namespace string) ([]PoolNode, error) {
+	var opts []client.ListOption
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	pools, err := listPools(ctx, c, opts...)
+	if err != nil {
+		return nil, err
+	}
+	type key struct{ namespace, name string }
+	exists := map[key]bool{}
+	children := map[key][]*ipamv1.SubnetPool{}
+	for i := range pools {
+		p := &pools[i]
+		exists[key{p.Namespace, p.Name}] = true
+	}
+	var roots []*ipamv1.SubnetPool
+	for i := range pools {
+		p := &pools[i]
+		if parent := (key{p.Namespace, p.Spec.ParentRef}); p.Spec.ParentRef != "" && exists[parent] {
+			children[parent] = append(children[parent], p)
+		} else {
+			roots = append(roots, p)
+		}
+	}
+	byName := func(a, b *ipamv1.SubnetPool) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	}
+	visited := map[key]bool{}
+	var build func(p *ipamv1.SubnetPool) PoolNode
+	build = func(p *ipamv1.SubnetPool) PoolNode {
+		visited[key{p.Namespace, p.Name}] = true
+		n := poolNode(p)
+		if p.Spec.ParentRef != "" && !exists[key{p.Namespace, p.Spec.ParentRef}] {
+			n.MissingParent = p.Spec.ParentRef
+		}
+		kids := children[key{p.Namespace, p.Name}]
+		slices.SortFunc(kids, byName)
+		for _, k := range kids {
+			if !visited[key{k.Namespace, k.Name}] {
+				n.Children = append(n.Children, build(k))
+			}
+		}
+		return n
+	}
+	slices.SortFunc(roots, byName)
+	out := make([]PoolNode, 0, len(roots))
+	for _, r := range roots {
+		out = append(out, build(r))
+	}
+	// Pools on a parentRef cycle (which the webhook refuses, but a bypassed
+	// one may store) hang from no root: show each cycle from its first pool.
+	var cycles []*ipamv1.SubnetPool
+	for i := range pools {
+		if !visited[key{pools[i].Namespace, pools[i].Name}] {
+			cycles = append(cycles, &pools[i])
+		}
+	}
+	slices.SortFunc(cycles, byName)
+	for _, p := range cycles {
+		if !visited[key{p.Namespace, p.Name}] {
+			n := build(p)
+			n.InCycle = true
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func poolNode(p *ipamv1.SubnetPool) PoolNode {
+	n := PoolNode{
+		Namespace: p.Namespace, Name: p.Name, CIDR: p.Spec.CIDR, Ready: "Unknown",
+		Capacity: p.Status.Capacity, Allocated: p.Status.Allocated, Free: p.Status.Free,
+		Utilization: p.Status.Utilization, LargestFreeBlock: p.Status.LargestFreeBlock, Subnets: p.Status.Subnets,
+	}
+	if p.Status.UtilizationPercent != nil {
+		n.UtilizationPercent = *p.Status.UtilizationPercent
+	}
+	if c := meta.FindStatusCondition(p.Status.Conditions, ipamv1.ConditionReady); c != nil {
+		n.Ready, n.Reason = string(c.Status), c.Reason
+	}
+	return n
+}
+
+// FreeResult is a pool's free space: every free block, largest first, or
+// with a length, the blocks that can hold a range of that length and how
+// many each holds.
+type FreeResult struct {
+	Namespace string      `json:"namespace"`
+	Pool      string      `json:"pool"`
+	CIDR      string      `json:"cidr"`
+	Length    *int        `json:"length,omitempty"`
+	Blocks    []FreeBlock `json:"blocks"`
+	// Total is the free addresses or, with a length, the ranges of that
+	// length that can still be allocated (fragmentation-aware).
+	Total string `json:"total"`
+}
+
+// FreeBlock is one maximal free aligned block.
+type FreeBlock struct {
+	CIDR      string `json:"cidr"`
+	Addresses string `json:"addresses"`
+	// Fits is how many ranges of the asked length the block holds.
+	Fits string `json:"fits,omitempty"`
+}
+
+// Free returns a pool's free blocks from the operator's own free-space map
+// rebuilt from the API. With length >= 0 it lists only the blocks that can
+// hold a range of that length, and refuses a length the pool's rules do not
+// allow, in the words the admission webhook would use.
+func Free(ctx context.Context, c client.Reader, namespace, pool string, length int) (FreeResult, error) {
+	l, _, err := poolLedger(ctx, c, namespace, pool)
+	if err != nil {
+		return FreeResult{}, err
+	}
+	blocks, serving, ok := l.FreeBlocks(namespace, pool, 0)
+	if !ok {
+		return FreeResult{}, fmt.Errorf("SubnetPool %s/%s serves no range yet (see its Ready condition)", namespace, pool)
+	}
+	res := FreeResult{Namespace: namespace, Pool: pool, CIDR: serving.String(), Blocks: []FreeBlock{}}
+	total := new(big.Int)
+	if length >= 0 {
+		view, _ := l.Pool(namespace, pool)
+		rules := ipspace.Rules{Name: fmt.Sprintf("SubnetPool %s/%s", namespace, pool), Pool: serving, Reserved: view.Reserved, MinLength: view.Min, MaxLength: view.Max}
+		if v := rules.CheckLength(length); v != nil {
+			return FreeResult{}, fmt.Errorf("%s", v.Detail)
+		}
+		res.Length = &length
+	}
+	for _, b := range blocks {
+		fb := FreeBlock{CIDR: b.String(), Addresses: ipspace.AddressCount(b).String()}
+		switch {
+		case length < 0:
+			total.Add(total, ipspace.AddressCount(b))
+		case b.Bits() > length:
+			continue // too small for the length
+		default:
+			fits := new(big.Int).Lsh(big.NewInt(1), uint(length-b.Bits()))
+			fb.Fits = fits.String()
+			total.Add(total, fits)
+		}
+		res.Blocks = append(res.Blocks, fb)
+	}
+	res.Total = total.String()
+	return res, nil
+}
+
+// NextResult is the range the next allocation from a pool would get.
+type NextResult struct {
+	Namespace string `json:"namespace"`
+	Pool      string `json:"pool"`
+	Length    int    `json:"length"`
+	// CIDR is the range, empty when none would be granted (Reason says why).
+	CIDR    string `json:"cidr,omitempty"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}
+
+// Next asks the operator's arbiter, in a ledger of its own loaded from the
+// API, what a Subnet of the length created now would get: the same best-fit
+// choice, rules and messages as the controller, and nothing is allocated.
+// A negative length means the pool's defaultPrefixLength. The answer holds
+// unless something else is allocated first.
+func Next(ctx context.Context, c client.Reader, namespace, pool string, length int) (NextResult, error) {
+	l, target, err := poolLedger(ctx, c, namespace, pool)
+	if err != nil {
+		return NextResult{}, err
+	}
+	var asked *int32
+	if length >= 0 {
+		n := int32(length)
+		asked = &n
+	} else if target.Spec.DefaultPrefixLength != nil {
+		length = int(*target.Spec.DefaultPrefixLength)
+	}
+	s := hypotheticalSubnet(namespace, pool, asked)
+	l.ApplySubnet(s, ledger.Created, nil)
+	d, _ := l.DecideSubnet(namespace, s.Name, s.UID)
+	res := NextResult{Namespace: namespace, Pool: pool, Length: length, Reason: d.Reason, Message: d.Message}
+	if d.Ready() {
+		res.CIDR = d.CIDR.String()
+		res.Message = ""
+	}
+	return res, nil
+}
+
+// Holder is an object whose range overlaps the address or range asked about.
+type Holder struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	CIDR      string `json:"cidr"`
+	// Pool is the pool it claims from (a Subnet's poolRef, a child pool's
+	// parentRef); empty for a root pool.
+	Pool string `json:"pool,omitempty"`
+	// State is a Subnet's Ready reason (Allocated when it holds CIDR), or a
+	// pool's Ready status.
+	State string `json:"state"`
+	// Holds says whether the object holds CIDR (a Ready Subnet, a serving
+	// pool) or only asks for it.
+	Holds bool `json:"holds"`
+}
+
+// WhoHas returns the pools and Subnets whose range contains or lies inside
+// query (an address or a CIDR), outermost first within each namespace: the
+// pools that serve it, down to the Subnet that holds it. Subnets that ask
+// for an overlapping range without holding it are listed too, marked so.
+func WhoHas(ctx context.Context, c client.Reader, namespace string, query netip.Prefix) ([]Holder, error) {
+	var opts []client.ListOption
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	pools, err := listPools(ctx, c, opts...)
+	if err != nil {
+		return nil, err
+	}
+	subnets, err := listSubnets(ctx, c, opts...)
+	if err != nil {
+		return nil, err
+	}
+	var out []Holder
+	for i := range pools {
+		p := &pools[i]
+		cidr, holds := p.Status.CIDR, true
+		if cidr == "" {
+			cidr, holds = p.Spec.CIDR, false
+		}
+		if r, err := ipspace.ParsePrefix(cidr); err == nil && r.Overlaps(query) {
+			h := Holder{Kind: "SubnetPool", Namespace: p.Namespace, Name: p.Name, CIDR: r.String(), Pool: p.Spec.ParentRef, State: "Unknown", Holds: holds}
+			if c := meta.FindStatusCondition(p.Status.Conditions, ipamv1.ConditionReady); c != nil {
+				h.State = "Ready=" + string(c.Status)
+				h.Holds = holds && c.Status == "True"
+			}
+			out = append(out, h)
+		}
+	}
+	for i := range subnets {
+		s := &subnets[i]
+		cidr, holds := s.Status.CIDR, true
+		if cidr == "" || !meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady) {
+			cidr, holds = s.Spec.CIDR, false
+		}
+		if r, err := ipspace.ParsePrefix(cidr); err == nil && r.Overlaps(query) {
+			h := Holder{Kind: "Subnet", Namespace: s.Namespace, Name: s.Name, CIDR: r.String(), Pool: s.Spec.PoolRef, State: "Pending", Holds: holds}
+			if c := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); c != nil {
+				h.State = c.Reason
+			}
+			out = append(out, h)
+		}
+	}
+	slices.SortFunc(out, func(a, b Holder) int {
+		pa, pb := netip.MustParsePrefix(a.CIDR), netip.MustParsePrefix(b.CIDR)
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(pa.Bits(), pb.Bits()),
+			cmp.Compare(a.Kind, b.Kind)*-1, pa.Addr().Compare(pb.Addr()), cmp.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}
+
+// ParseQuery reads who-has's argument: an address (a /32 or /128) or a CIDR.
+func ParseQuery(arg string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(arg); err == nil && a.Zone() == "" {
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := ipspace.ParsePrefix(arg)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is neither an IP address nor a CIDR: %w", arg, err)
+	}
+	return p, nil
+}
