@@ -6,7 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
+	"net/netip"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	"github.com/subnet-operator/subnet-operator/ipspace"
 )
 
 // recorded waits until every dynamic Subnet of the namespace is Ready with
@@ -150,8 +155,22 @@ func TestBackupWithoutStatusRestoresEveryRange(t *testing.T) {
 		return nil
 	})
 
-	// Restore in a shuffled order, Subnets before their pools.
+	// Restore the Subnets first, in a shuffled order (they wait for their
+	// pools), then the pools, parents before children (admission refuses a
+	// child pool whose parent does not exist yet).
 	rand.Shuffle(len(backup), func(i, j int) { backup[i], backup[j] = backup[j], backup[i] })
+	slices.SortStableFunc(backup, func(a, b *unstructured.Unstructured) int {
+		rank := func(o *unstructured.Unstructured) int {
+			switch {
+			case o.GetKind() == "Subnet":
+				return 0
+			case o.GetName() == "plan":
+				return 1
+			}
+			return 2
+		}
+		return rank(a) - rank(b)
+	})
 	for _, o := range backup {
 		if err := k8s.Create(ctx, o.DeepCopy()); err != nil {
 			t.Fatalf("restoring %s %s: %v", o.GetKind(), o.GetName(), err)
@@ -257,5 +276,70 @@ func TestOnlyTheHeldRangeCanBeRecorded(t *testing.T) {
 	err = k8s.Patch(ctx, holds, client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"cidr":%q}}`, other))))
 	if err == nil || !strings.Contains(err.Error(), "immutable") {
 		t.Errorf("changing the recorded spec.cidr: got %v, want the schema's refusal", err)
+	}
+}
+
+// kubectl get sorts pools by the numeric status fields: utilizationPercent
+// (an integer) and free (a decimal string, which kubectl compares by value).
+// The figures are chosen so that sorting their text would order them
+// differently. The default columns show Ready, and a waiting explicit
+// Subnet shows the range it asks for.
+func TestPrinterColumnsSortNumerically(t *testing.T) {
+	ns := namespace(t)
+	pools := []struct {
+		name, cidr string
+		holds      []string
+	}{
+		{"quarter", "10.70.0.0/24", []string{"10.70.0.0/26"}},                        // 25%, 192 free
+		{"three-quarters", "10.70.1.0/28", []string{"10.70.1.0/29", "10.70.1.8/30"}}, // 75%, 4 free
+		{"sixth", "10.70.16.0/20", []string{"10.70.16.0/24"}},                        // 6%, 3840 free
+		{"half", "10.70.2.0/27", []string{"10.70.2.0/28"}},                           // 50%, 16 free
+	}
+	for _, p := range pools {
+		create(t, newPool(ns, p.name, p.cidr, 0))
+		for i, h := range p.holds {
+			create(t, explicitSubnet(ns, fmt.Sprintf("%s-%d", p.name, i), p.name, h))
+		}
+	}
+	for _, p := range pools {
+		want := big.NewInt(0)
+		for _, h := range p.holds {
+			want.Add(want, ipspace.AddressCount(netip.MustParsePrefix(h)))
+		}
+		poolShows(t, ns, p.name, allocatedIs(want.String()))
+	}
+	for _, tc := range []struct{ sortBy, want string }{
+		{".status.utilizationPercent", "sixth quarter half three-quarters"},
+		{".status.free", "three-quarters half quarter sixth"},
+	} {
+		out, stderr, err := kubectl(t, "", "get", "subnetpools", "-n", ns, "--sort-by="+tc.sortBy, "-o", "custom-columns=NAME:.metadata.name", "--no-headers")
+		if err != nil {
+			t.Fatalf("kubectl get --sort-by=%s: %v: %s", tc.sortBy, err, stderr)
+		}
+		if got := strings.Join(strings.Fields(out), " "); got != tc.want {
+			t.Errorf("--sort-by=%s: %s, want %s", tc.sortBy, got, tc.want)
+		}
+	}
+
+	out, stderr, err := kubectl(t, "", "get", "subnetpools", "-n", ns, "sixth")
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+	if header := strings.Fields(strings.SplitN(out, "\n", 2)[0]); !slices.Equal(header, []string{"NAME", "CIDR", "PARENT", "READY", "USED%", "FREE", "LARGEST", "FREE", "AGE"}) {
+		t.Errorf("kubectl get subnetpools columns: %v", header)
+	}
+	if !regexp.MustCompile(`sixth\s+10\.70\.16\.0/20\s+True\s+6\s+3840\s+10\.70\.24\.0/21`).MatchString(out) {
+		t.Errorf("kubectl get subnetpools:\n%s", out)
+	}
+
+	// A waiting explicit claim shows what it asks for.
+	create(t, explicitSubnet(ns, "wants", "later", "10.71.0.32/27"))
+	subnetReason(t, ns, "wants", ipamv1.ReasonPoolNotFound)
+	out, stderr, err = kubectl(t, "", "get", "subnets", "-n", ns, "wants")
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+	if !regexp.MustCompile(`wants\s+later\s+10\.71\.0\.32/27\s+PoolNotFound`).MatchString(out) {
+		t.Errorf("kubectl get subnets should show the waiting claim's range:\n%s", out)
 	}
 }
