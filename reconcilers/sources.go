@@ -34,12 +34,17 @@ type ledgerSource struct {
 	// published before the controller started (it starts on the leader,
 	// after the informers' initial lists) are not replayed.
 	initial func() []reconcile.Request
+	// started, if set, is handed the controller's queue when it starts.
+	started func(workqueue.TypedRateLimitingInterface[reconcile.Request])
 }
 
 var _ source.SyncingSource = &ledgerSource{}
 
 // Start subscribes to the ledger and enqueues the initial requests.
 func (s *ledgerSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	if s.started != nil {
+		s.started(q)
+	}
 	unsubscribe := s.ledger.Subscribe(func(e ledger.Event) {
 		for _, r := range s.mapEvent(e) {
 			q.Add(r)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -83,6 +84,8 @@ type SubnetReconciler struct {
 	Options
 
 	written lastWrites[*ipamv1.Subnet]
+	// queue is the controller's work queue, once started.
+	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 	// allocatedEvents paces the Normal Allocated event (see
 	// allocatedEventRate); warnings are never skipped.
 	allocatedEvents *rate.Limiter
@@ -98,6 +101,15 @@ const (
 	allocatedEventRate  = 5
 	allocatedEventBurst = 100
 )
+
+// Queued is the number of Subnets waiting for a reconcile (grants, status
+// updates): the AllocationRecorder yields while there are any.
+func (r *SubnetReconciler) Queued() int {
+	if q := r.queue.Load(); q != nil {
+		return (*q).Len()
+	}
+	return 0
+}
 
 // SetupWithManager registers the controller.
 func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -125,6 +137,8 @@ func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				out[i] = request(s.Namespace, s.Name)
 			}
 			return out
+		}, started: func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.queue.Store(&q)
 		}}).
 		Complete(r)
 }
@@ -171,56 +185,7 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		r.written.record(&s)
 		r.recordTransition(ctx, before, &s, d)
 	}
-	if !needsRecord(&s) {
-		return reconcile.Result{}, nil
-	}
-	return reconcile.Result{}, r.recordAllocation(ctx, &s)
-}
-
-// needsRecord reports whether s holds a range that its spec does not name:
-// an allocated prefixLength claim whose range is not in spec.cidr yet.
-func needsRecord(s *ipamv1.Subnet) bool {
-	return s.Spec.CIDR == "" && s.Status.CIDR != "" && meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady)
-}
-
-// recordAllocation writes the range s holds into spec.cidr: the durable
-// record of the allocation. Status is not what a backup tool restores by
-// default, nor what a GitOps tool re-applies; spec is (a Service's
-// spec.clusterIP is the precedent). A Subnet re-created with both
-// prefixLength and cidr asks for that range again, through the same winner
-// order as any explicit claim.
-//
-// It is written after the status, never before: spec.cidr then only ever
-// names a range the API already shows the Subnet holding, so a new leader
-// reading it finds a claim on a range it was granted, not on one that an
-// unwritten grant promised. The JSON patch tests the UID (not a re-created
-// object) and status.cidr (the range is still the one held), and the CRD's
-// rules accept the new field only when it equals status.cidr. The spec
-// change bumps the generation; the status follows it in the reconcile that
-// the update triggers.
-func (r *SubnetReconciler) recordAllocation(ctx context.Context, s *ipamv1.Subnet) error {
-	patch, err := json.Marshal([]jsonPatchOp{
-		{Op: "test", Path: "/metadata/uid", Value: s.UID},
-		{Op: "test", Path: "/status/cidr", Value: s.Status.CIDR},
-		{Op: "add", Path: "/spec/cidr", Value: s.Status.CIDR},
-	})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := writeContext(ctx)
-	defer cancel()
-	if err := r.Client.Patch(ctx, s, client.RawPatch(types.JSONPatchType, patch)); err != nil {
-		allocationRecords.WithLabelValues("error").Inc()
-		if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
-			// Gone, replaced, or its status moved on: the event of
-			// whatever changed requeues it.
-			return nil
-		}
-		return err
-	}
-	allocationRecords.WithLabelValues("success").Inc()
-	r.written.record(s)
-	return nil
+	return reconcile.Result{}, nil
 }
 
 // writeStatus replaces s's status, on the condition that the object at the

@@ -46,7 +46,7 @@ type flags struct {
 	leaderElect                                     bool
 	leaderElectionID, leaderElectionNS              string
 	leaseDuration, renewDeadline, retryPeriod       time.Duration
-	qps                                             float64
+	qps, recordRate                                 float64
 	burst                                           int
 	subnetWorkers, poolWorkers                      int
 	reconcileTimeout                                time.Duration
@@ -80,6 +80,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.IntVar(&f.burst, "kube-api-burst", 100, "Burst of requests to the API server.")
 	flag.IntVar(&f.subnetWorkers, "subnet-workers", 10, "Concurrent Subnet reconciles. Decisions are serial per namespace (the ledger's lock); workers overlap the status writes.")
 	flag.IntVar(&f.poolWorkers, "pool-workers", 5, "Concurrent pool status reconciles.")
+	flag.Float64Var(&f.recordRate, "allocation-record-rate", 0, "At most this many allocations recorded into Subnets' spec.cidr per second (each costs two writes), and only while no Subnet waits for a grant; 0: a quarter of --kube-api-qps, so records take at most half the budget.")
 	flag.DurationVar(&f.reconcileTimeout, "reconcile-timeout", 90*time.Second, "Bound on one reconcile.")
 	flag.DurationVar(&f.freshnessTimeout, "admission-freshness-timeout", 2*time.Second, "Bound on how long an admission waits for this replica's view to catch up with the API server.")
 	flag.StringVar(&f.poolAlertsLabel, "pool-alerts-label", "ipam.subnet-operator.io/alerts", "SubnetPool label that, set to \"off\", opts a pool out of the per-pool alerts (the metric subnet_operator_pool_info says alerts=\"off\").")
@@ -189,11 +190,21 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	common := reconcilers.Options{Timeout: f.reconcileTimeout}
-	if err := (&reconcilers.SubnetReconciler{
+	subnets := &reconcilers.SubnetReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l, Recorder: mgr.GetEventRecorder("subnet-operator"),
 		Options: withWorkers(common, f.subnetWorkers),
-	}).SetupWithManager(mgr); err != nil {
+	}
+	if err := subnets.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("subnet controller: %w", err)
+	}
+	recordRate := f.recordRate
+	if recordRate <= 0 {
+		recordRate = f.qps / 4
+	}
+	if err := (&reconcilers.AllocationRecorder{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l, Rate: recordRate, Workers: 2, Queued: subnets.Queued,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("allocation recorder: %w", err)
 	}
 	if err := (&reconcilers.PoolStatusReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l, Recorder: mgr.GetEventRecorder("subnet-operator"),
