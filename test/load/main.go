@@ -44,17 +44,18 @@ func main() {
 	profiles := flag.String("profiles", "", "Directory for the manager's CPU (first 30 s of creates) and heap profiles, per N, of the webhooks-on run; empty: none.")
 	managerEnv := flag.String("manager-env", "",
 		"Extra environment for the manager, space-separated NAME=value (GOMEMLIMIT=160MiB, as docs/operations.md suggests sizing it); the control plane's processes do not get it.")
+	records := flag.Bool("records", true, "Wait until the manager has recorded every dynamic Subnet's range in its spec.cidr, so the costs include the records (false for a build from before durable allocations).")
 	restart := flag.Bool("restart", false, "After the creates, restart the manager and report its start-up over the N Subnets: time to ready, peak RSS, RSS after a GC.")
 	out := flag.String("out", "", "Also append the report to this file.")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the figures are the output
-	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *managerEnv, *modes, *profiles, *out, *restart); err != nil {
+	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *managerEnv, *modes, *profiles, *out, *restart, *records); err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, managerEnv, modes, profiles, out string, restart bool) error {
+func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, managerEnv, modes, profiles, out string, restart, records bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	manager, err := filepath.Abs(manager)
@@ -86,7 +87,7 @@ func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, man
 				n: n, clients: clients, explicitEvery: explicitEvery, webhooks: mode,
 				manager: manager, managerArgs: strings.Fields(managerArgs), managerEnv: strings.Fields(managerEnv),
 				wait:    5*time.Minute + time.Duration(n)*20*time.Millisecond,
-				restart: restart,
+				restart: restart, records: records,
 			}
 			if profiles != "" && mode == webhooksOn {
 				cfg.profileDir = filepath.Join(profiles, strconv.Itoa(n))
@@ -185,6 +186,13 @@ func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, orde
 	})
 	row("pool status compute from the index, p50 / p99", func(r *result) string { return hq(r.poolCompute) })
 	row("first create → pool status final", func(r *result) string { return seconds(r.settled.Seconds()) })
+	row("create → range recorded in spec, dynamic, p50 / p99", func(r *result) string { return pct(r.recordDynamic) })
+	row("first create → every range recorded", func(r *result) string {
+		if len(r.recordDynamic) == 0 {
+			return "–"
+		}
+		return seconds(r.allRecorded.Seconds())
+	})
 	row("Subnets not Ready / duplicate ranges", func(r *result) string {
 		return fmt.Sprintf("%d / %d", r.notReadyTotal(), r.duplicates)
 	})

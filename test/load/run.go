@@ -65,6 +65,7 @@ type runConfig struct {
 	profileDir                string   // where to write pprof profiles; empty: none
 	wait                      time.Duration
 	restart                   bool // restart the manager at the end and measure its start-up
+	records                   bool // wait for every dynamic Subnet's range to be recorded in its spec
 }
 
 // result is what a run measured.
@@ -77,6 +78,8 @@ type result struct {
 	notReady                          map[string]int
 	duplicates                        int
 	settled                           time.Duration // first create -> last pool status
+	recordDynamic                     []float64     // create sent -> range recorded in spec.cidr
+	allRecorded                       time.Duration // first create -> last record
 	validating, mutating              histogram     // API server's view of the webhooks
 	webhookLatency                    histogram     // controller-runtime's, inside the manager
 	freshness                         histogram     // the freshness barrier's wait
@@ -112,8 +115,10 @@ type tracker struct {
 	mu          sync.Mutex
 	ready       map[string]time.Time
 	cidrs       map[string]string
-	poolCounts  []poolSample      // increasing counts
-	lastReasons map[string]string // Ready's reason, once decided
+	readyDyn    int                  // Ready Subnets that asked for a prefix length
+	recorded    map[string]time.Time // when a dynamic Subnet's spec.cidr was first seen
+	poolCounts  []poolSample         // increasing counts
+	lastReasons map[string]string    // Ready's reason, once decided
 }
 
 type poolSample struct {
@@ -137,8 +142,16 @@ func (t *tracker) subnet(obj any) {
 	if c.Status == metav1.ConditionTrue {
 		if _, seen := t.ready[s.Name]; !seen {
 			t.ready[s.Name] = now
+			if s.Spec.PrefixLength != nil {
+				t.readyDyn++
+			}
 		}
 		t.cidrs[s.Name] = s.Status.CIDR
+	}
+	// An explicit claim is created with only a cidr; a dynamic one gets
+	// its range added beside its prefixLength.
+	if _, seen := t.recorded[s.Name]; !seen && s.Spec.PrefixLength != nil && s.Spec.CIDR != "" {
+		t.recorded[s.Name] = now
 	}
 }
 
@@ -161,15 +174,16 @@ func (t *tracker) pool(obj any) {
 }
 
 // progress is how many Subnets are decided (Ready, or not Ready for a
-// reason other than Pending), how many are Ready, and how many Ready ones
-// the pool's status counts.
-func (t *tracker) progress() (decided, ready, counted int) {
+// reason other than Pending), how many are Ready, how many Ready ones the
+// pool's status counts, and how many of the Ready dynamic ones are not
+// recorded in their spec yet.
+func (t *tracker) progress() (decided, ready, counted, unrecorded int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if n := len(t.poolCounts); n > 0 {
 		counted = t.poolCounts[n-1].count
 	}
-	return len(t.lastReasons), len(t.ready), counted
+	return len(t.lastReasons), len(t.ready), counted, t.readyDyn - len(t.recorded)
 }
 
 func subnetName(i int) string { return fmt.Sprintf("s-%06d", i) }
@@ -271,7 +285,7 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 		return nil, err
 	}
 
-	t := &tracker{ready: map[string]time.Time{}, cidrs: map[string]string{}, lastReasons: map[string]string{}}
+	t := &tracker{ready: map[string]time.Time{}, cidrs: map[string]string{}, lastReasons: map[string]string{}, recorded: map[string]time.Time{}}
 	informers, err := cache.New(restCfg, cache.Options{
 		Scheme: sch, DefaultNamespaces: map[string]cache.Config{namespace: {}},
 		DefaultTransform: cache.TransformStripManagedFields(),
@@ -372,17 +386,18 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 		fmt.Fprintf(os.Stderr, "load: %d creates denied; the first: %v\n", r.denied, firstDenial.Load())
 	}
 
-	// Wait for every created Subnet to be decided and every Ready one to be
-	// counted by the pool.
+	// Wait for every created Subnet to be decided, every Ready one to be
+	// counted by the pool and, with records, every Ready dynamic one to have
+	// its range recorded: the cost figures then include the records.
 	deadline := time.Now().Add(cfg.wait)
 	for {
-		decided, ready, counted := t.progress()
-		if decided >= r.created && counted >= ready {
+		decided, ready, counted, unrecorded := t.progress()
+		if decided >= r.created && counted >= ready && (!cfg.records || unrecorded <= 0) {
 			break
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(os.Stderr, "load: gave up waiting after %s: %d of %d decided, %d Ready, the pool counts %d\n",
-				cfg.wait, decided, r.created, ready, counted)
+			fmt.Fprintf(os.Stderr, "load: gave up waiting after %s: %d of %d decided, %d Ready, the pool counts %d, %d unrecorded\n",
+				cfg.wait, decided, r.created, ready, counted, unrecorded)
 			break
 		}
 		select {
@@ -445,6 +460,10 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 			r.readyExplicit = append(r.readyExplicit, d)
 		} else {
 			r.readyDynamic = append(r.readyDynamic, d)
+			if rec, ok := t.recorded[name]; ok {
+				r.recordDynamic = append(r.recordDynamic, rec.Sub(sent[i]).Seconds())
+				r.allRecorded = max(r.allRecorded, rec.Sub(start))
+			}
 		}
 		if other, dup := seen[t.cidrs[name]]; dup {
 			fmt.Fprintf(os.Stderr, "load: %s and %s are both Ready with %s\n", other, name, t.cidrs[name])
