@@ -27,7 +27,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		if !errors.Is(err, errNoRange) {
-			fmt.Fprintln(stderr, "error:", err)
+			_, _ = fmt.Fprintln(stderr, "error:", err) // nowhere left to report a failed write
 		}
 		return 1
 	}

@@ -73,8 +73,8 @@ func (p printer) tree(roots []PoolNode) error {
 		_, err := fmt.Fprintln(p.out, "No SubnetPools found.")
 		return err
 	}
-	w := p.table()
-	fmt.Fprintln(w, "POOL\tCIDR\tREADY\tUSED\t\tFREE\tLARGEST FREE\tSUBNETS")
+	w := p.table() // buffers: a write error shows at Flush
+	_, _ = fmt.Fprintln(w, "POOL\tCIDR\tREADY\tUSED\t\tFREE\tLARGEST FREE\tSUBNETS")
 	var walk func(n PoolNode, prefix, branch string)
 	walk = func(n PoolNode, prefix, branch string) {
 		name := n.Namespace + "/" + n.Name
@@ -92,7 +92,7 @@ func (p printer) tree(roots []PoolNode) error {
 		if n.Utilization != "" {
 			used = n.Utilization
 		}
-		fmt.Fprintf(w, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", prefix, branch+name, n.CIDR, ready, p.bar(n.UtilizationPercent), orDash(used), free, largest, n.Subnets)
+		_, _ = fmt.Fprintf(w, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", prefix, branch+name, n.CIDR, ready, p.bar(n.UtilizationPercent), orDash(used), free, largest, n.Subnets)
 		next := prefix
 		switch branch {
 		case "├─ ":
@@ -120,20 +120,20 @@ func (p printer) free(r FreeResult) error {
 	}
 	w := p.table()
 	if r.Length == nil {
-		fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s free addresses in %d blocks\n\n", r.Namespace, r.Pool, r.CIDR, r.Total, len(r.Blocks))
-		fmt.Fprintln(w, "FREE BLOCK\tADDRESSES")
+		_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s free addresses in %d blocks\n\n", r.Namespace, r.Pool, r.CIDR, r.Total, len(r.Blocks))
+		_, _ = fmt.Fprintln(w, "FREE BLOCK\tADDRESSES")
 		for _, b := range r.Blocks {
-			fmt.Fprintf(w, "%s\t%s\n", b.CIDR, b.Addresses)
+			_, _ = fmt.Fprintf(w, "%s\t%s\n", b.CIDR, b.Addresses)
 		}
 		return w.Flush()
 	}
-	fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s /%d ranges can be allocated, from %d blocks\n\n", r.Namespace, r.Pool, r.CIDR, r.Total, *r.Length, len(r.Blocks))
+	_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s /%d ranges can be allocated, from %d blocks\n\n", r.Namespace, r.Pool, r.CIDR, r.Total, *r.Length, len(r.Blocks))
 	if len(r.Blocks) == 0 {
 		return w.Flush()
 	}
-	fmt.Fprintf(w, "FREE BLOCK\tADDRESSES\t/%d RANGES\n", *r.Length)
+	_, _ = fmt.Fprintf(w, "FREE BLOCK\tADDRESSES\t/%d RANGES\n", *r.Length)
 	for _, b := range r.Blocks {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", b.CIDR, b.Addresses, b.Fits)
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\n", b.CIDR, b.Addresses, b.Fits)
 	}
 	return w.Flush()
 }
@@ -159,13 +159,13 @@ func (p printer) whoHas(query string, holders []Holder) error {
 		return err
 	}
 	w := p.table()
-	fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tCIDR\tPOOL\tSTATE\tHOLDS")
+	_, _ = fmt.Fprintln(w, "KIND\tNAMESPACE\tNAME\tCIDR\tPOOL\tSTATE\tHOLDS")
 	for _, h := range holders {
 		holds := "no (asks)"
 		if h.Holds {
 			holds = "yes"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Kind, h.Namespace, h.Name, h.CIDR, orDash(h.Pool), h.State, holds)
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Kind, h.Namespace, h.Name, h.CIDR, orDash(h.Pool), h.State, holds)
 	}
 	return w.Flush()
 }
