@@ -77,7 +77,7 @@ func (r *AllocationRecorder) SetupWithManager(mgr ctrl.Manager) error {
 				}
 			}
 			return out
-		}}).
+		}, initialLow: true}).
 		Complete(r)
 }
 

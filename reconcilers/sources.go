@@ -7,7 +7,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -34,6 +37,10 @@ type ledgerSource struct {
 	// published before the controller started (it starts on the leader,
 	// after the informers' initial lists) are not replayed.
 	initial func() []reconcile.Request
+	// initialLow enqueues the initial requests behind every event's (a
+	// backlog that must not delay what happens now), where the queue has
+	// priorities (controller-runtime's default queue).
+	initialLow bool
 	// started, if set, is handed the controller's queue when it starts.
 	started func(workqueue.TypedRateLimitingInterface[reconcile.Request])
 }
@@ -59,7 +66,12 @@ func (s *ledgerSource) Start(ctx context.Context, q workqueue.TypedRateLimitingI
 		if s.ledger.WaitForSync(ctx) != nil {
 			return
 		}
-		for _, r := range s.initial() {
+		initial := s.initial()
+		if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok && s.initialLow {
+			pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, initial...)
+			return
+		}
+		for _, r := range initial {
 			q.Add(r)
 		}
 	}()

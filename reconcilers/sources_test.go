@@ -12,6 +12,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
@@ -222,5 +224,36 @@ func TestNewLeaderDecidesOnlyAfterCatchingUp(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the workers did not start once the view caught up")
+	}
+}
+
+// A backlog enqueued at start (the recorder's Subnets to record after an
+// upgrade or a failover) waits behind what happens meanwhile.
+func TestInitialRequestsGoBehindEvents(t *testing.T) {
+	l := ledger.New()
+	l.MarkSynced()
+	backlog := request("team-a", "old")
+	src := &ledgerSource{ledger: l, reader: &metadataLister{}, initialLow: true,
+		mapEvent: func(e ledger.Event) []reconcile.Request { return []reconcile.Request{request(e.Namespace, e.Name)} },
+		initial:  func() []reconcile.Request { return []reconcile.Request{backlog} }}
+	q := priorityqueue.New[reconcile.Request]("initial-test")
+	defer q.ShutDown()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := src.Start(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for q.Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the initial request was never enqueued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	l.ApplySubnet(subnet("team-a", "new", "dc"), ledger.Created, nil)
+	first, _, _ := q.GetWithPriority()
+	second, priority, _ := q.GetWithPriority()
+	if first.Name != "new" || second != backlog || priority != handler.LowPriority {
+		t.Errorf("got %s then %s (priority %d); want the event's request first, the backlog after at low priority", first, second, priority)
 	}
 }
