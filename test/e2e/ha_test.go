@@ -22,10 +22,13 @@ import (
 	"crypto/tls"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
@@ -136,6 +139,26 @@ func TestLeaderElectionAndFailover(t *testing.T) {
 		return nil
 	})
 	t.Logf("leader %s killed; %s allocated all 200 Subnets %s later (lease %s)", old.Name, next.Name, time.Since(killed).Round(time.Millisecond), leaseDuration)
+	// The hand-over is on record for an operator: client-go's leader
+	// election reports it as a core/v1 Event on the Lease (RBAC must allow
+	// it; the API server refused it once).
+	eventually(t, 30*time.Second, func() error {
+		var lease coordinationv1.Lease
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: environment.Namespace, Name: "subnet-operator.ipam.subnet-operator.io"}, &lease); err != nil {
+			return err
+		}
+		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+		var events corev1.EventList
+		if err := k8s.List(ctx, &events, client.InNamespace(environment.Namespace)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "LeaderElection" && e.InvolvedObject.Kind == "Lease" && e.Message == holder+" became leader" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no LeaderElection Event for the holder %q among %d Events", holder, len(events.Items))
+	})
 	var held []netip.Prefix
 	for _, s := range list.Items {
 		held = append(held, netip.MustParsePrefix(s.Status.CIDR))
