@@ -19,6 +19,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -190,8 +191,20 @@ func (d *driver) send(ctx context.Context, r *request, rec *opRecord) error {
 	switch rec.Verb {
 	case "await":
 		return d.await(ctx, rec)
+	case "export":
+		return d.export(ctx, r.export, rec)
 	case "create":
-		o = r.create.DeepCopyObject().(client.Object)
+		if r.restore != nil {
+			if r.restore.subnet == nil {
+				rec.Outcome, rec.Reason, rec.Message = outcomeFailed, "not-exported", "the export found no Subnet"
+				return nil
+			}
+			s := r.restore.subnet.DeepCopy()
+			rec.CIDR, rec.PrefixLength = s.Spec.CIDR, s.Spec.PrefixLength
+			o = s
+		} else {
+			o = r.create.DeepCopyObject().(client.Object)
+		}
 		if err = d.c.Create(ctx, o); err == nil {
 			rec.Outcome = outcomeCreated
 		}
@@ -229,6 +242,36 @@ func (d *driver) await(ctx context.Context, rec *opRecord) error {
 		}
 		sleep(ctx, 50*time.Millisecond)
 	}
+	return nil
+}
+
+// export reads a Subnet as a backup tool keeps it: metadata a user wrote
+// and the spec, no status. A Ready dynamic Subnet is read once its range
+// is recorded in its spec, if that happens within a bound (the recorder
+// yields to grants); otherwise as it is, as a backup taken too early would.
+func (d *driver) export(ctx context.Context, box *exported, rec *opRecord) error {
+	var s ipamv1.Subnet
+	for {
+		err := d.c.Get(ctx, client.ObjectKey{Namespace: rec.Namespace, Name: rec.Name}, &s)
+		if apierrors.IsNotFound(err) {
+			rec.Outcome = outcomeNotFound
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		waiting := s.Spec.CIDR == "" && meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady)
+		if !waiting || time.Since(rec.Start) > 10*time.Second || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+	box.subnet = &ipamv1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, Labels: s.Labels, Annotations: s.Annotations},
+		Spec:       *s.Spec.DeepCopy(),
+	}
+	rec.Outcome, rec.UID = outcomeDone, s.UID
+	rec.CIDR, rec.PrefixLength, rec.Ref = s.Spec.CIDR, s.Spec.PrefixLength, s.Spec.PoolRef
 	return nil
 }
 

@@ -327,6 +327,7 @@ func summary(seed uint64, records []*opRecord, l *lifecycle, wall time.Duration)
 		}
 		fmt.Fprintf(&b, "    %-24s %4d: %s\n", op, n, strings.Join(parts, ", "))
 	}
+	fmt.Fprintf(&b, "  restores: %s\n", restoreSummary(records, rep))
 	fmt.Fprintf(&b, "  faults: %d hand-overs, %d SIGKILL restarts, %d replicas exited on their own %v\n", d.handOvers, d.restarts, len(d.unexpected), d.unexpected)
 	var slowest time.Duration
 	for _, s := range l.settle {
@@ -378,6 +379,31 @@ func reasonsSeen(rep *replayer) string {
 
 // outcomeLabel is an operation's outcome for the summary, with the rule a
 // rejection names.
+// restoreSummary says what the re-creates from an export became: those
+// that asked for their recorded range again, by whether they got it (S3
+// holds that a Ready explicit claim holds exactly its spec.cidr) or still
+// wait (another claim took the range meanwhile), and those exported before
+// their range was recorded (a new dynamic claim).
+func restoreSummary(records []*opRecord, rep *replayer) string {
+	var back, waiting, unrecorded int
+	for _, o := range records {
+		if o.Op != opRestoreSubnet || o.Verb != "create" || o.Outcome != outcomeCreated {
+			continue
+		}
+		if o.CIDR == "" {
+			unrecorded++
+			continue
+		}
+		if tl := rep.timelines[o.UID]; tl != nil && tl.readyAt != 0 {
+			back++
+		} else {
+			waiting++
+		}
+	}
+	return fmt.Sprintf("%d asked for their recorded range again: %d hold it, %d wait (taken meanwhile); %d were exported before their range was recorded",
+		back+waiting, back, waiting, unrecorded)
+}
+
 func outcomeLabel(o *opRecord) string {
 	switch o.Outcome {
 	case outcomeRejected:

@@ -39,6 +39,8 @@ const (
 	opChildShrink     = "child-shrink"
 	opFlashRecreate   = "flash-recreate"
 	opBurst           = "burst"
+	opRestoreSubnet   = "restore-subnet"
+	opRestoreRacer    = "restore-subnet-racer" // a dynamic create racing a restore (not drawn by itself)
 	opRestart         = "restart-manager"
 	opHandOver        = "hand-over"
 )
@@ -72,6 +74,10 @@ const (
 //	                                shrinks: the space freed in the parent must go to the waiter
 //	flash-recreate             2    3-8 Subnets each created, deleted and created again under the same name
 //	                                with another spec at once: a status write for the first must not land on the second
+//	restore-subnet             3    a Subnet exported as a backup tool keeps it (metadata and spec, no status; once
+//	                                its range is recorded, if it gets one within the wait), deleted, and created
+//	                                again from the export; sometimes 1-3 dynamic creates in its pool race the
+//	                                re-create for the range it left
 //	restart-manager            1    SIGKILL a replica (the leader or not), maybe during a burst; restart it
 //	hand-over                  1    SIGTERM the leader during a burst; the other takes the lease; restart it
 var opMix = []struct {
@@ -81,7 +87,7 @@ var opMix = []struct {
 	{opCreateRootPool, 6}, {opCreateChildPool, 7}, {opGrowPool, 3}, {opShrinkPool, 3}, {opAddReserved, 2},
 	{opRemoveReserved, 2}, {opChangeLengths, 3}, {opDeletePool, 2}, {opDrainPool, 3}, {opCreateExplicit, 20}, {opCreateDynamic, 20},
 	{opDeleteSubnet, 12}, {opRecreateSubnet, 8}, {opBurst, 2}, {opRacePoolEdit, 4}, {opChildShrink, 1}, {opFlashRecreate, 2},
-	{opRestart, 1}, {opHandOver, 1},
+	{opRestoreSubnet, 3}, {opRestart, 1}, {opHandOver, 1},
 }
 
 // Names come from small pools, so that objects are re-created under a name
@@ -148,7 +154,10 @@ type request struct {
 	apply  func(*opRecord)
 	then   *request
 	delay  time.Duration // before it is sent, to shape a race
-	out    *opRecord     // the outcome, once sent
+	// export (verb "export") keeps what it reads; restore (a create)
+	// sends what an export kept instead of create.
+	export, restore *exported
+	out             *opRecord // the outcome, once sent
 }
 
 func newGenerator(seed uint64, namespaces []string) *generator {
@@ -208,6 +217,8 @@ func (g *generator) make(kind string) *operation {
 		return g.childShrink(ns)
 	case opFlashRecreate:
 		return g.flashRecreate(ns)
+	case opRestoreSubnet:
+		return g.restoreSubnet(ns)
 	case opDrainPool:
 		return g.drainPool(ns)
 	case opRecreateSubnet:
@@ -452,6 +463,60 @@ func (g *generator) flashRecreate(ns *nsPlan) *operation {
 	}
 	op.concurrent = len(op.requests)
 	return op
+}
+
+// restoreSubnet exports a Subnet the generator believes exists, deletes
+// it and creates it again from the export: a restore from a backup without
+// status. A dynamic Subnet whose range was recorded asks for that range
+// again, as an explicit claim. With racers, dynamic creates of the same
+// pool are sent together with the re-create: one of them may take the
+// range first, and the restored Subnet must then wait, holding nothing
+// that overlaps it.
+func (g *generator) restoreSubnet(ns *nsPlan) *operation {
+	names := sortedKeys(ns.subnets)
+	if len(names) == 0 {
+		return g.make(opCreateDynamic)
+	}
+	name := g.pick(names)
+	plan := ns.subnets[name]
+	box := &exported{}
+	op := &operation{kind: opRestoreSubnet}
+	export := &request{rec: opRecord{Op: opRestoreSubnet, Verb: "export", Kind: kindSubnet, Namespace: ns.name, Name: name}, export: box}
+	del := g.deleteSubnet(ns, name)
+	del.rec.Op = opRestoreSubnet
+	restore := &request{
+		rec:     opRecord{Op: opRestoreSubnet, Verb: "create", Kind: kindSubnet, Namespace: ns.name, Name: name, Ref: plan.pool},
+		restore: box,
+		apply: func(rec *opRecord) {
+			if rec.Outcome == outcomeCreated {
+				// The generator's belief stays what it asked for at first:
+				// the recorded range is the controllers' work.
+				ns.subnets[name] = plan
+			}
+		},
+	}
+	op.requests = []*request{export, del, restore}
+	taken := map[string]bool{ns.name + "/" + name: true}
+	for range g.rng.IntN(4) {
+		racer, ok := g.freeSubnetName(ns, taken)
+		if !ok {
+			break
+		}
+		taken[ns.name+"/"+racer] = true
+		r := g.subnetRequest(ns, racer, plan.pool, netip.Prefix{}, plan.length)
+		r.rec.Op = opRestoreRacer
+		op.requests = append(op.requests, r)
+	}
+	if len(op.requests) > 3 {
+		op.concurrent = len(op.requests) - 2 // the re-create and its racers
+	}
+	return op
+}
+
+// exported is what a backup tool kept of a Subnet: filled when the export
+// request is sent, read when the re-create is.
+type exported struct {
+	subnet *ipamv1.Subnet
 }
 
 // burst draws n requests for distinct names across the namespaces:
