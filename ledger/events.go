@@ -35,8 +35,15 @@ type Event struct {
 	// Object is what the informer delivered: the new object, or on delete
 	// the last known state, possibly a cache.DeletedFinalStateUnknown.
 	Object any
-	// OldObject is the previous object of an update.
+	// OldObject is the previous object of an update, when the feed has it
+	// (the pools' informer; not the Subnets' reflector).
 	OldObject any
+	// HeldAsBefore, on a Subnet update: the Subnet held the same range in
+	// the same pool before and after, is not being deleted, and its spec
+	// changed at most by the record of that range. Nothing a pool's status
+	// is computed from changed (the record, and the status write for its
+	// generation, are two such updates per dynamic Subnet).
+	HeldAsBefore bool
 	// Wake lists claims whose decision may have changed: claims of a pool
 	// that holds nothing yet (waiting for the pool, for space, or for a
 	// winner to go) when the pool changed or space was released.
@@ -99,10 +106,23 @@ func (l *Ledger) applySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 		// bypassed schema moves a Subnet), for the pool it left.
 		old = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}, Spec: ipamv1.SubnetSpec{PoolRef: prev.pool}}
 	}
-	released := n.upsertClaim(subnetFacts(s))
+	facts := subnetFacts(s)
+	asBefore := known && heldAsBefore(prev, facts)
+	released := n.upsertClaim(facts)
 	wake := n.wakeAfterRelease(s.Spec.PoolRef, released)
 	n.mu.Unlock()
-	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: s, OldObject: old, Wake: wake})
+	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: s, OldObject: old, Wake: wake, HeldAsBefore: asBefore})
+}
+
+// heldAsBefore compares a Subnet's facts before and after an update (see
+// Event.HeldAsBefore).
+func heldAsBefore(prev, next *claim) bool {
+	if prev.uid != next.uid || prev.pool != next.pool || prev.deleting || next.deleting || next.invalidSpec ||
+		!next.held.IsValid() || prev.held != next.held || prev.reason != next.reason || prev.prefixLength != next.prefixLength {
+		return false
+	}
+	recorded := !prev.requested.IsValid() && next.requested == next.held
+	return prev.requested == next.requested || recorded
 }
 
 // DeleteSubnet records a Subnet's deletion. obj may be a tombstone.

@@ -449,3 +449,54 @@ func TestCaughtUp(t *testing.T) {
 		}
 	}
 }
+
+// The pool's status needs no recompute for a Subnet update that leaves its
+// held range as it was: the record of the range in spec, and the status
+// write for the record's generation. Anything else is a change.
+func TestHeldAsBefore(t *testing.T) {
+	web := dynamic("web", "dc", 26, 1)
+	granted := ready(web, "10.0.0.0/26")
+	recorded := granted.DeepCopy()
+	recorded.Spec.CIDR, recorded.Generation = "10.0.0.0/26", 2
+	observed := recorded.DeepCopy()
+	observed.Status.ObservedGeneration = 2
+	cleared := observed.DeepCopy()
+	cleared.Status = ipamv1.SubnetStatus{}
+	deleting := observed.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	recreated := ready(dynamic("web", "dc", 26, 9), "10.0.0.0/26")
+	recreated.UID = "uid-web-2"
+	otherRange := observed.DeepCopy()
+	otherRange.Spec.CIDR, otherRange.Status.CIDR = "10.0.0.64/26", "10.0.0.64/26"
+	steps := []struct {
+		name string
+		obj  *ipamv1.Subnet
+		want bool
+	}{
+		{"created", web, false},
+		{"granted", granted, false},
+		{"the range recorded in spec", recorded, true},
+		{"the status brought to the record's generation", observed, true},
+		{"the status cleared by another client", cleared, false},
+		{"Ready again", observed, false},
+		{"being deleted", deleting, false},
+		{"deleted and created again under the name, holding the same range", recreated, false},
+		{"a status naming another range (a bypassed schema)", otherRange, false},
+	}
+	l, r := newLedger()
+	l.ApplyPool(rootPool("dc", "10.0.0.0/24", 26), Created, nil)
+	for i, step := range steps {
+		typ := Updated
+		if i == 0 {
+			typ = Created
+		}
+		r.events = nil
+		l.ApplySubnet(step.obj, typ, nil)
+		if len(r.events) != 1 {
+			t.Fatalf("%s: %d events", step.name, len(r.events))
+		}
+		if got := r.events[0].HeldAsBefore; got != step.want {
+			t.Errorf("%s: HeldAsBefore %v, want %v", step.name, got, step.want)
+		}
+	}
+}

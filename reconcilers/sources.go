@@ -160,7 +160,10 @@ func subnetEvents(e ledger.Event) []reconcile.Request {
 // trigger events of the seed design (§10):
 //  1. Subnet create/update/delete: its pool (subnetToPool), counted by
 //     event type; an update that moved the Subnet (schema bypassed) also
-//     requeues the old pool;
+//     requeues the old pool; an update of a Subnet that holds the same
+//     range before and after, whose spec changed at most by the record of
+//     that range, requeues nothing (ledger.Event.HeldAsBefore: the record and
+//     the status write for its generation, two per dynamic Subnet);
 //  2. a child pool deleted: its parent;
 //  3. a child pool's spec, or the range its parent granted, changed: its
 //     parent;
@@ -181,6 +184,9 @@ func poolEvents(e ledger.Event) []reconcile.Request {
 	out := wakeRequests(e, statuscalc.KindSubnetPool)
 	switch e.Kind {
 	case statuscalc.KindSubnet:
+		if e.Type == ledger.Updated && e.HeldAsBefore {
+			break
+		}
 		reqs := subnetToPool(e.Object)
 		if e.Type == ledger.Updated {
 			if old := subnetToPool(e.OldObject); len(old) == 1 && (len(reqs) == 0 || old[0] != reqs[0]) {
