@@ -131,11 +131,11 @@ func (r *AllocationRecorder) Reconcile(ctx context.Context, req reconcile.Reques
 	if !ok || !needsRecord(s) {
 		return reconcile.Result{}, nil
 	}
-	if err := r.yield(ctx); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.limiter.Wait(ctx); err != nil {
-		return reconcile.Result{}, err
+	// Both waits end early only when the controller stops (leadership
+	// handed over, shutdown): not an error, and whatever is left the next
+	// leader finds unrecorded and queues.
+	if r.yield(ctx) != nil || r.limiter.Wait(ctx) != nil {
+		return reconcile.Result{}, nil
 	}
 	// The wait may have been long: record what the ledger shows now.
 	if s, ok = r.Ledger.Subnet(req.Namespace, req.Name); !ok || !needsRecord(s) {
