@@ -127,10 +127,7 @@ figures the controller keeps in their status. Every namespace unless
 			if err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("length") {
-				freeLength = -1
-			}
-			r, err := Free(cmd.Context(), c, ns, args[0], freeLength)
+			r, err := Free(cmd.Context(), c, ns, args[0], lengthFlag(cmd, freeLength))
 			if err != nil {
 				return err
 			}
@@ -154,10 +151,7 @@ range would be allocated, and says why.`,
 			if err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("length") {
-				nextLength = -1
-			}
-			r, err := Next(cmd.Context(), c, ns, args[0], nextLength)
+			r, err := Next(cmd.Context(), c, ns, args[0], lengthFlag(cmd, nextLength))
 			if err != nil {
 				return err
 			}
@@ -203,4 +197,13 @@ Subnet that holds it. Every namespace unless --namespace is given.`,
 	}
 	root.AddCommand(tree, free, next, whoHas)
 	return root
+}
+
+// lengthFlag is the --length flag's value, or -1 (the query's "any" or
+// "the pool's default") when it was not given.
+func lengthFlag(cmd *cobra.Command, value int) int {
+	if !cmd.Flags().Changed("length") {
+		return -1
+	}
+	return value
 }
