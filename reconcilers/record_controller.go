@@ -110,8 +110,16 @@ func newRecordLimiter(perSecond float64) *rate.Limiter {
 
 // needsRecord reports whether s holds a range that its spec does not name:
 // an allocated prefixLength claim whose range is not in spec.cidr yet.
+//
+// A Subnet that names neither a range nor a length (created before its
+// pool, so admission could not fill in the pool's default) is not
+// recorded: with only spec.cidr it would read as an explicit claim, and a
+// replace with its manifest from Git, which has neither field, would then
+// be refused for removing the range (the defaulting webhook keeps a
+// recorded range only beside a prefixLength). It keeps its range while it
+// exists, like any claim; a restore gives it a new one.
 func needsRecord(s *ipamv1.Subnet) bool {
-	return s.Spec.CIDR == "" && s.Status.CIDR != "" && s.DeletionTimestamp == nil &&
+	return s.Spec.CIDR == "" && s.Spec.PrefixLength != nil && s.Status.CIDR != "" && s.DeletionTimestamp == nil &&
 		meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady)
 }
 

@@ -130,3 +130,30 @@ func TestRecorderWaitsWhileGrantsAreQueued(t *testing.T) {
 		t.Error("not recorded once the queue was empty")
 	}
 }
+
+func TestNeedsRecord(t *testing.T) {
+	ready := []metav1.Condition{{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated}}
+	granted := func(spec ipamv1.SubnetSpec) *ipamv1.Subnet {
+		return &ipamv1.Subnet{Spec: spec, Status: ipamv1.SubnetStatus{CIDR: "10.0.0.0/26", Conditions: ready}}
+	}
+	deleting := granted(ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)})
+	deleting.DeletionTimestamp = &metav1.Time{}
+	for _, tt := range []struct {
+		name string
+		s    *ipamv1.Subnet
+		want bool
+	}{
+		{"a granted prefixLength claim", granted(ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)}), true},
+		{"already recorded", granted(ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26), CIDR: "10.0.0.0/26"}), false},
+		{"an explicit claim", granted(ipamv1.SubnetSpec{PoolRef: "dc", CIDR: "10.0.0.0/26"}), false},
+		// Created before its pool: with only spec.cidr it would read as
+		// an explicit claim, and a replace from Git would be refused.
+		{"neither field named", granted(ipamv1.SubnetSpec{PoolRef: "dc"}), false},
+		{"not granted", &ipamv1.Subnet{Spec: ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)}}, false},
+		{"being deleted", deleting, false},
+	} {
+		if got := needsRecord(tt.s); got != tt.want {
+			t.Errorf("%s: needsRecord %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

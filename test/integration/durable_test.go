@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
@@ -344,4 +345,66 @@ func TestPrinterColumnsSortNumerically(t *testing.T) {
 	if !regexp.MustCompile(`wants\s+later\s+10\.71\.0\.32/27\s+PoolNotFound`).MatchString(out) {
 		t.Errorf("kubectl get subnets should show the waiting claim's range:\n%s", out)
 	}
+}
+
+// A Subnet that names neither a range nor a length and is created before
+// its pool gets the pool's default length from the controller, not from
+// admission. Its range is not recorded: with only spec.cidr it would read
+// as an explicit claim, and a replace with the manifest from Git (neither
+// field) would be refused for removing the range. The replace succeeds and
+// the range stays held.
+func TestSubnetCreatedBeforeItsPoolCanBeReplacedFromGit(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	gitManifest := fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet",
+		"metadata":{"name":"early","namespace":%q,"labels":{"app":"web"}},"spec":{"poolRef":"plan"}}`, ns)
+	if _, stderr, err := kubectl(t, gitManifest, "create", "-f", "-"); err != nil {
+		t.Fatalf("kubectl create: %v: %s", err, stderr)
+	}
+	create(t, newPool(ns, "plan", "10.62.0.0/16", 24))
+	var early ipamv1.Subnet
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "early"}, &early); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(early.Status.Conditions, ipamv1.ConditionReady) {
+			return fmt.Errorf("early is not Ready: %+v", early.Status.Conditions)
+		}
+		return nil
+	})
+	if early.Spec.PrefixLength != nil {
+		t.Fatalf("early got prefixLength %d at admission; the test needs one without", *early.Spec.PrefixLength)
+	}
+	// A sibling granted after it: once its range is recorded, early's
+	// would have been too (its event came first).
+	create(t, newSubnet(ns, "later", "plan", 24))
+	eventually(t, time.Minute, func() error {
+		var later ipamv1.Subnet
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "later"}, &later); err != nil {
+			return err
+		}
+		if later.Spec.CIDR == "" {
+			return errors.New("later's range is not recorded yet")
+		}
+		return nil
+	})
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "early"}, &early); err != nil {
+		t.Fatal(err)
+	}
+	if early.Spec.CIDR != "" {
+		t.Errorf("early's range was recorded (%s): a replace from Git would be refused", early.Spec.CIDR)
+	}
+	held := early.Status.CIDR
+	if _, stderr, err := kubectl(t, strings.Replace(gitManifest, `{"app":"web"}`, `{"app":"web","tier":"front"}`, 1), "replace", "-f", "-"); err != nil {
+		t.Fatalf("kubectl replace with the manifest from Git: %v: %s", err, stderr)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "early"}, &early); err != nil {
+			return err
+		}
+		if early.Labels["tier"] != "front" || early.Status.CIDR != held || !meta.IsStatusConditionTrue(early.Status.Conditions, ipamv1.ConditionReady) {
+			return fmt.Errorf("after the replace: labels %v, holds %q (held %s), %+v", early.Labels, early.Status.CIDR, held, early.Status.Conditions)
+		}
+		return nil
+	})
 }

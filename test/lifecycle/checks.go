@@ -81,8 +81,10 @@ func (r *quiescentReport) checkSubnet(w *world, s *obj) {
 	}
 	if ready.Status == metav1.ConditionTrue {
 		// Durable allocations: what a Ready Subnet holds is in its spec,
-		// so a restore without status asks for it again.
-		if s.CIDR != s.StatusCIDR {
+		// so a restore without status asks for it again; but for a
+		// Subnet that named neither a range nor a length (created before
+		// its pool), which is not recorded, and must not be.
+		if named := s.CIDR != "" || s.PrefixLength != nil; named && s.CIDR != s.StatusCIDR {
 			r.add("L1", id(s, "recorded"), "Subnet holds %s but spec.cidr is %q: %s", s.StatusCIDR, s.CIDR, s)
 		}
 		return

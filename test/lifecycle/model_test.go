@@ -127,7 +127,7 @@ func (o obj) granted(cidr string) obj {
 func recorded(objs []obj) []obj {
 	out := slices.Clone(objs)
 	for i := range out {
-		if o := &out[i]; o.Kind == kindSubnet && o.CIDR == "" && o.StatusCIDR != "" {
+		if o := &out[i]; o.Kind == kindSubnet && o.CIDR == "" && o.PrefixLength != nil && o.StatusCIDR != "" {
 			o.CIDR = o.StatusCIDR
 		}
 	}
@@ -298,6 +298,12 @@ func TestQuiescentSubnetRangeRecorded(t *testing.T) {
 	}
 	if r := checkQuiescent(recorded([]obj{p, s})); slices.ContainsFunc(r.findings, func(f finding) bool { return strings.Contains(f.Detail, "spec.cidr is") }) {
 		t.Errorf("a recorded Ready Subnet: %v", r.findings)
+	}
+	// Named neither field (created before its pool): not recorded, and no
+	// finding.
+	bare := subnet("b", "p", "", 0).granted("10.0.0.64/26")
+	if r := checkQuiescent([]obj{p, bare}); slices.ContainsFunc(r.findings, func(f finding) bool { return strings.Contains(f.Detail, "spec.cidr is") }) {
+		t.Errorf("an unrecorded Subnet without prefixLength: %v", r.findings)
 	}
 }
 
