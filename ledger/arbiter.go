@@ -27,7 +27,7 @@ type Decision struct {
 	// calls Forget.
 	Assumed bool
 	// Winner names the claim this one lost to (Reason Overlaps).
-	Winner ClaimKey
+	Winner statuscalc.ClaimRef
 }
 
 // Ready reports whether the decision makes the claim Ready.
@@ -35,8 +35,8 @@ func (d Decision) Ready() bool {
 	return d.Reason == ipamv1.ReasonAllocated || d.Reason == ipamv1.ReasonAvailable
 }
 
-// The arbiter's rules (design invariant 1), all applied under the
-// namespace's lock:
+// The arbiter's rules (design invariant 1), all applied under the ledger's
+// decision lock:
 //   - a range once held is never taken away;
 //   - pending explicit requests (Subnets with spec.cidr, child pools) are
 //     decided in winner order, oldest creationTimestamp first, then by name,
@@ -62,36 +62,32 @@ func (d Decision) Ready() bool {
 // deleted, or replaced by a new object under the same name): a decision is
 // only ever made for, and written to, the object it was made for.
 func (l *Ledger) DecideSubnet(namespace, name string, uid types.UID) (Decision, bool) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return Decision{}, false
-	}
-	n.mu.Lock()
-	c := n.claims[SubnetKey(name)]
+	l.mu.Lock()
+	c := l.b.claim(idOf(namespace, SubnetKey(name)))
 	if c == nil || c.uid != uid {
-		n.mu.Unlock()
+		l.mu.Unlock()
 		return Decision{}, false
 	}
-	d, wake := n.decideSubnet(c)
-	n.mu.Unlock()
-	l.publishWake(namespace, wake)
+	d, wake := l.b.decideSubnet(c)
+	l.mu.Unlock()
+	l.publishWake(wake)
 	return d, true
 }
 
-func (n *namespace) decideSubnet(c *claim) (Decision, []ClaimKey) {
+func (b *book) decideSubnet(c *claim) (Decision, []claimID) {
 	if held := c.holds(); held.IsValid() {
 		return allocated(c), nil
 	}
 	if c.invalidSpec {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec, Message: "spec.cidr is not a canonical CIDR; delete the Subnet and create it with a valid one"}, nil
 	}
-	s := n.slots[c.pool]
-	if d, ok := n.poolUnusable(s, c.pool); !ok {
+	s := b.slots[c.pool]
+	if d, ok := b.poolUnusable(s, c.pool); !ok {
 		return d, nil
 	}
-	wake := n.sweep(s)
+	wake := b.sweep(s)
 	if c.requested.IsValid() {
-		d, more := n.decideRequest(s, c)
+		d, more := b.decideRequest(s, c)
 		return d, append(wake, more...)
 	}
 
@@ -101,9 +97,9 @@ func (n *namespace) decideSubnet(c *claim) (Decision, []ClaimKey) {
 	}
 	if length < 0 {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec,
-			Message: fmt.Sprintf("the Subnet sets neither cidr nor prefixLength and SubnetPool %s/%s has no defaultPrefixLength", n.name, s.name)}, wake
+			Message: fmt.Sprintf("the Subnet sets neither cidr nor prefixLength and SubnetPool %s has no defaultPrefixLength", s.id)}, wake
 	}
-	if why := n.lengthOutOfBounds(s, length); why != "" {
+	if why := b.lengthOutOfBounds(s, length); why != "" {
 		return Decision{Reason: ipamv1.ReasonOutOfRange, Message: why}, wake
 	}
 	p, ok := s.space.Allocate(length)
@@ -112,9 +108,9 @@ func (n *namespace) decideSubnet(c *claim) (Decision, []ClaimKey) {
 		// as the largest free block, which the pool's status shows), so a
 		// waiter woken by a release that does not fit it writes nothing.
 		return Decision{Reason: ipamv1.ReasonPoolExhausted,
-			Message: fmt.Sprintf("no free /%d block in SubnetPool %s/%s (%s); waiting for space to be freed or the pool to grow", length, n.name, s.name, s.serving)}, wake
+			Message: fmt.Sprintf("no free /%d block in SubnetPool %s (%s); waiting for space to be freed or the pool to grow", length, s.id, s.serving)}, wake
 	}
-	n.assume(s, c, p)
+	b.assume(s, c, p)
 	return allocated(c), wake
 }
 
@@ -122,29 +118,25 @@ func (n *namespace) decideSubnet(c *claim) (Decision, []ClaimKey) {
 // a root pool serves spec.cidr; a child pool serves what its parent granted.
 // It returns false if the ledger does not know that pool.
 func (l *Ledger) DecidePool(namespace, name string, uid types.UID) (Decision, bool) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return Decision{}, false
-	}
-	n.mu.Lock()
-	s := n.slots[name]
+	l.mu.Lock()
+	s := l.b.slots[poolIDOf(namespace, name)]
 	if s == nil || s.pool == nil || s.pool.uid != uid {
-		n.mu.Unlock()
+		l.mu.Unlock()
 		return Decision{}, false
 	}
-	d, wake := n.decidePool(s)
-	n.mu.Unlock()
-	l.publishWake(namespace, wake)
+	d, wake := l.b.decidePool(s)
+	l.mu.Unlock()
+	l.publishWake(wake)
 	return d, true
 }
 
-func (n *namespace) decidePool(s *slot) (Decision, []ClaimKey) {
+func (b *book) decidePool(s *slot) (Decision, []claimID) {
 	p := s.pool
 	// Every decision on a child pool carries the range its parent granted
 	// it, so that no status write erases a grant its claims depend on.
 	granted := s.serving
 	if p.parent != "" {
-		if c := n.claims[PoolKey(p.name)]; c != nil {
+		if c := b.claim(s.self); c != nil {
 			granted = c.holds()
 		}
 	}
@@ -152,28 +144,28 @@ func (n *namespace) decidePool(s *slot) (Decision, []ClaimKey) {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec, CIDR: granted, Message: "spec.cidr is not a canonical CIDR"}, nil
 	}
 	if p.deleting {
-		subnets, children := n.users(s)
+		subnets, children := b.users(s)
 		return Decision{Reason: ipamv1.ReasonTerminating, CIDR: granted,
 			Message: fmt.Sprintf("being deleted; waiting for %d Subnets and %d child pools that use it to be deleted", subnets, children)}, nil
 	}
 	if p.parent == "" {
-		return n.serving(s, s.serving, fmt.Sprintf("serving %s", s.serving)), nil
+		return b.serving(s, s.serving, fmt.Sprintf("serving %s", s.serving)), nil
 	}
-	if chain := n.cycle(p.name); chain != "" {
+	if chain := b.cycle(p.id); chain != "" {
 		return Decision{Reason: ipamv1.ReasonCycle, CIDR: granted, Message: "parentRef chain leads back to this pool: " + chain}, nil
 	}
-	c := n.claims[PoolKey(p.name)]
-	parent := n.slots[p.parent]
-	if d, ok := n.poolUnusable(parent, p.parent); !ok {
+	c := b.claim(s.self)
+	parent := b.slots[p.parent]
+	if d, ok := b.poolUnusable(parent, p.parent); !ok {
 		d.CIDR = c.holds()
 		return d, nil
 	}
-	wake := n.sweep(parent)
-	d, more := n.decideRequest(parent, c)
+	wake := b.sweep(parent)
+	d, more := b.decideRequest(parent, c)
 	wake = append(wake, more...)
 	held := c.holds()
 	if held == c.requested {
-		d := n.serving(s, held, fmt.Sprintf("serving %s, granted by parent SubnetPool %s/%s", held, n.name, p.parent))
+		d := b.serving(s, held, fmt.Sprintf("serving %s, granted by parent SubnetPool %s", held, p.parent))
 		d.Assumed = c.assumed.IsValid()
 		return d, wake
 	}
@@ -187,13 +179,13 @@ func (n *namespace) decidePool(s *slot) (Decision, []ClaimKey) {
 // serving is the decision for a pool that serves (or, a child pool, was
 // granted) cidr: Available, or ClaimsOutside while claims granted before its
 // last change break its rules.
-func (n *namespace) serving(s *slot, cidr netip.Prefix, message string) Decision {
+func (b *book) serving(s *slot, cidr netip.Prefix, message string) Decision {
 	if len(s.outside) == 0 {
 		return Decision{Reason: ipamv1.ReasonAvailable, CIDR: cidr, Message: message}
 	}
 	return Decision{Reason: ipamv1.ReasonClaimsOutside, CIDR: cidr,
 		Message: fmt.Sprintf("%s; %s outside it or on a reserved range: %s; they were granted before the pool's last change and keep their ranges: delete them to complete the change",
-			message, claimsLie(len(s.outside)), n.describeClaims(s, s.outside))}
+			message, claimsLie(len(s.outside)), b.describeClaims(s, s.outside))}
 }
 
 // claimsLie reads "1 claim lies" or "3 claims lie".
@@ -206,15 +198,15 @@ func claimsLie(count int) string {
 
 // describeClaims names up to three of the keys with their held ranges, by name, plus
 // a count of the rest: stable, so the message does not flap.
-func (n *namespace) describeClaims(s *slot, keys map[ClaimKey]struct{}) string {
-	sorted := make([]ClaimKey, 0, len(keys))
+func (b *book) describeClaims(s *slot, keys map[claimID]struct{}) string {
+	sorted := make([]claimID, 0, len(keys))
 	for k := range keys {
 		sorted = append(sorted, k)
 	}
 	slices.Sort(sorted)
 	var parts []string
 	for _, k := range sorted[:min(len(sorted), maxNamed)] {
-		parts = append(parts, fmt.Sprintf("%s %s/%s (%s)", k.Kind(), n.name, k.Name(), s.claims[k].holds()))
+		parts = append(parts, fmt.Sprintf("%s (%s)", k.ref(), s.claims[k].holds()))
 	}
 	out := strings.Join(parts, ", ")
 	if extra := len(sorted) - maxNamed; extra > 0 {
@@ -227,17 +219,17 @@ func (n *namespace) describeClaims(s *slot, keys map[ClaimKey]struct{}) string {
 const maxNamed = 3
 
 // poolUnusable reports why a pool cannot hand out ranges, if it cannot.
-func (n *namespace) poolUnusable(s *slot, name string) (Decision, bool) {
+func (b *book) poolUnusable(s *slot, id poolID) (Decision, bool) {
 	switch {
 	case s == nil || s.pool == nil:
 		return Decision{Reason: ipamv1.ReasonPoolNotFound,
-			Message: fmt.Sprintf("SubnetPool %s/%s does not exist; waiting for it to be created", n.name, name)}, false
+			Message: fmt.Sprintf("SubnetPool %s does not exist; waiting for it to be created", id)}, false
 	case s.pool.deleting:
 		return Decision{Reason: ipamv1.ReasonPoolNotReady,
-			Message: fmt.Sprintf("SubnetPool %s/%s is being deleted", n.name, name)}, false
+			Message: fmt.Sprintf("SubnetPool %s is being deleted", id)}, false
 	case s.space == nil:
 		return Decision{Reason: ipamv1.ReasonPoolNotReady,
-			Message: fmt.Sprintf("SubnetPool %s/%s serves no range yet (its parent has not granted it one, or the grant is still being written)", n.name, name)}, false
+			Message: fmt.Sprintf("SubnetPool %s serves no range yet (its parent has not granted it one, or the grant is still being written)", id)}, false
 	}
 	return Decision{}, true
 }
@@ -247,7 +239,7 @@ func (n *namespace) poolUnusable(s *slot, name string) (Decision, bool) {
 // would grant never waits for a missed change: the sweep runs again. (The
 // changes that can let a request in set the sweep flag; this keeps a missed
 // one from leaving a claim waiting with nothing to wake it.)
-func (n *namespace) decideRequest(s *slot, c *claim) (Decision, []ClaimKey) {
+func (b *book) decideRequest(s *slot, c *claim) (Decision, []claimID) {
 	if c.holds() == c.requested {
 		return allocated(c), nil
 	}
@@ -255,53 +247,53 @@ func (n *namespace) decideRequest(s *slot, c *claim) (Decision, []ClaimKey) {
 		return Decision{Reason: ipamv1.ReasonPending,
 			Message: fmt.Sprintf("waiting for its grant of %s to be written before it changes", c.assumed)}, nil
 	}
-	d := n.whyNotGranted(s, c)
+	d := b.whyNotGranted(s, c)
 	if d.Reason != ipamv1.ReasonPending {
 		return d, nil
 	}
 	s.sweep = true
-	wake := n.sweep(s)
+	wake := b.sweep(s)
 	if c.holds() == c.requested {
 		return allocated(c), wake
 	}
-	return n.whyNotGranted(s, c), wake
+	return b.whyNotGranted(s, c), wake
 }
 
 // whyNotGranted explains why an explicit request does not hold its range,
 // after a sweep: it lies outside the pool's rules, a child pool's own claims
 // lie outside the range it asks for, or a held range overlaps it.
-func (n *namespace) whyNotGranted(s *slot, c *claim) Decision {
-	if why := n.outOfRange(s, c); why != "" {
+func (b *book) whyNotGranted(s *slot, c *claim) Decision {
+	if why := b.outOfRange(s, c); why != "" {
 		return Decision{Reason: ipamv1.ReasonOutOfRange, Message: why}
 	}
-	if outside := n.outsideResize(c); len(outside) > 0 {
-		child := n.slots[c.key.Name()]
+	if outside := b.outsideResize(c); len(outside) > 0 {
+		child := b.childSlot(c)
 		return Decision{Reason: ipamv1.ReasonClaimsOutside,
-			Message: fmt.Sprintf("%s outside it: %s", claimsLie(len(outside)), n.describeClaims(child, outside))}
+			Message: fmt.Sprintf("%s outside it: %s", claimsLie(len(outside)), b.describeClaims(child, outside))}
 	}
-	winner := n.holderOverlapping(s, c, c.requested)
+	winner := b.holderOverlapping(s, c, c.requested)
 	if winner == nil {
 		// The sweep grants a free request in range, so this is not reached;
 		// say what is known rather than guess.
 		return Decision{Reason: ipamv1.ReasonPending, Message: "waiting for arbitration"}
 	}
-	return Decision{Reason: ipamv1.ReasonOverlaps, Winner: winner.key,
-		Message: fmt.Sprintf("%s overlaps %s %s/%s (%s), which holds it; this claim is granted if that one is deleted",
-			c.requested, winner.key.Kind(), n.name, winner.key.Name(), winner.holds())}
+	return Decision{Reason: ipamv1.ReasonOverlaps, Winner: winner.id.ref(),
+		Message: fmt.Sprintf("%s overlaps %s (%s), which holds it; this claim is granted if that one is deleted",
+			c.requested, winner.id.ref(), winner.holds())}
 }
 
 // rules are what the slot's pool allows, in the words the webhooks use.
-func (n *namespace) rules(s *slot) ipspace.Rules {
+func (b *book) rules(s *slot) ipspace.Rules {
 	return ipspace.Rules{
-		Name: fmt.Sprintf("SubnetPool %s/%s", n.name, s.name), Pool: s.serving,
+		Name: "SubnetPool " + string(s.id), Pool: s.serving,
 		Reserved: s.pool.reserved, MinLength: s.pool.minLen, MaxLength: s.pool.maxLen,
 	}
 }
 
 // outOfRange explains why an explicit request can never be granted from the
 // pool as it is, or returns "". Length bounds apply to Subnets only.
-func (n *namespace) outOfRange(s *slot, c *claim) string {
-	if v := n.rules(s).CheckRange(c.requested, c.key.Kind() == statuscalc.KindSubnet); v != nil {
+func (b *book) outOfRange(s *slot, c *claim) string {
+	if v := b.rules(s).CheckRange(c.requested, c.key().Kind() == statuscalc.KindSubnet); v != nil {
 		return c.requested.String() + ": " + v.Detail
 	}
 	return ""
@@ -309,8 +301,8 @@ func (n *namespace) outOfRange(s *slot, c *claim) string {
 
 // lengthOutOfBounds explains why a Subnet of this prefix length cannot come
 // from the pool, or returns "".
-func (n *namespace) lengthOutOfBounds(s *slot, length int) string {
-	if v := n.rules(s).CheckLength(length); v != nil {
+func (b *book) lengthOutOfBounds(s *slot, length int) string {
+	if v := b.rules(s).CheckLength(length); v != nil {
 		return v.Detail
 	}
 	return ""
@@ -318,7 +310,7 @@ func (n *namespace) lengthOutOfBounds(s *slot, length int) string {
 
 // pendingRequests returns the slot's explicit requests that hold nothing (or,
 // child pools, something else), in winner order.
-func (n *namespace) pendingRequests(s *slot) []*claim {
+func (b *book) pendingRequests(s *slot) []*claim {
 	out := make([]*claim, 0, len(s.requests))
 	for key := range s.requests {
 		out = append(out, s.claims[key])
@@ -333,39 +325,39 @@ func (n *namespace) pendingRequests(s *slot) []*claim {
 // it asks for. It returns the claims to wake: the ones it granted, the
 // waiters of child pools whose range it changed, and the waiters a change
 // made room for.
-func (n *namespace) sweep(s *slot) []ClaimKey {
+func (b *book) sweep(s *slot) []claimID {
 	if !s.sweep || s.space == nil {
 		return nil
 	}
 	s.sweep = false
-	var wake []ClaimKey
-	for _, c := range n.pendingRequests(s) {
-		if c.unconfirmed() || n.outOfRange(s, c) != "" || n.holderOverlapping(s, c, c.requested) != nil || len(n.outsideResize(c)) > 0 {
+	var wake []claimID
+	for _, c := range b.pendingRequests(s) {
+		if c.unconfirmed() || b.outOfRange(s, c) != "" || b.holderOverlapping(s, c, c.requested) != nil || len(b.outsideResize(c)) > 0 {
 			continue
 		}
 		// The request is inside the pool, off its reserved ranges and no
 		// other claim keeps any of it: with the claim's own ranges it is
 		// placeable. A child pool keeps its old range too until the API
 		// shows the new one (claim.footprint).
-		n.indexClaim(s, c, false)
+		b.indexClaim(s, c, false)
 		c.assumed = c.requested
-		n.indexClaim(s, c, true)
-		ch := n.refit(s, c)
-		if _, collided := s.collisions[c.key]; collided || !slices.ContainsFunc(c.placed, func(q netip.Prefix) bool { return statuscalc.Contains(q, c.requested) }) {
+		b.indexClaim(s, c, true)
+		ch := b.refit(s, c)
+		if _, collided := s.collisions[c.id]; collided || !slices.ContainsFunc(c.placed, func(q netip.Prefix) bool { return statuscalc.Contains(q, c.requested) }) {
 			// Not reached: the checks above say the map can take it. Should
 			// it not, the grant is withdrawn rather than forced.
-			n.indexClaim(s, c, false)
+			b.indexClaim(s, c, false)
 			c.assumed = netip.Prefix{}
-			n.indexClaim(s, c, true)
-			n.refit(s, c)
+			b.indexClaim(s, c, true)
+			b.refit(s, c)
 			continue
 		}
 		s.noteWaiting(c)
-		wake = append(wake, c.key)
-		wake = append(wake, n.wakeAfter(s, ch)...)
-		if c.key.Kind() == statuscalc.KindSubnetPool {
-			if child := n.slots[c.key.Name()]; child != nil && n.rebuildSpace(child) {
-				wake = append(wake, n.waiters(child)...)
+		wake = append(wake, c.id)
+		wake = append(wake, b.wakeAfter(s, ch)...)
+		if c.key().Kind() == statuscalc.KindSubnetPool {
+			if child := b.childSlot(c); child != nil && b.rebuildSpace(child) {
+				wake = append(wake, b.waiters(child)...)
 			}
 		}
 	}
@@ -375,17 +367,17 @@ func (n *namespace) sweep(s *slot) []ClaimKey {
 // outsideResize returns the claims of a child pool that keep a range
 // outside the range it asks for: what blocks the change, or the first
 // grant (claims of a child can outlive a grant that was never written).
-func (n *namespace) outsideResize(c *claim) map[ClaimKey]struct{} {
-	child := n.slots[c.key.Name()]
-	if child == nil || c.key.Kind() != statuscalc.KindSubnetPool {
+func (b *book) outsideResize(c *claim) map[claimID]struct{} {
+	child := b.childSlot(c)
+	if child == nil {
 		return nil
 	}
-	var out map[ClaimKey]struct{}
+	var out map[claimID]struct{}
 	for key, cc := range child.claims {
 		for _, h := range cc.footprint() {
 			if !statuscalc.Contains(c.requested, h) {
 				if out == nil {
-					out = map[ClaimKey]struct{}{}
+					out = map[claimID]struct{}{}
 				}
 				out[key] = struct{}{}
 			}
@@ -396,11 +388,11 @@ func (n *namespace) outsideResize(c *claim) map[ClaimKey]struct{} {
 
 // assume records that the arbiter granted p to c; p is already held in the
 // slot's map.
-func (n *namespace) assume(s *slot, c *claim, p netip.Prefix) {
-	n.indexClaim(s, c, false)
+func (b *book) assume(s *slot, c *claim, p netip.Prefix) {
+	b.indexClaim(s, c, false)
 	c.assumed, c.placed = p, []netip.Prefix{p}
-	delete(s.collisions, c.key)
-	n.indexClaim(s, c, true)
+	delete(s.collisions, c.id)
+	b.indexClaim(s, c, true)
 	s.noteWaiting(c)
 }
 
@@ -411,40 +403,38 @@ func (n *namespace) assume(s *slot, c *claim, p netip.Prefix) {
 // woken: it would be granted again and fail again until the informer shows
 // why; its own next event decides it.
 func (l *Ledger) Forget(namespace string, key ClaimKey, uid types.UID, p netip.Prefix) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return
-	}
-	n.mu.Lock()
-	c := n.claims[key]
+	id := idOf(namespace, key)
+	l.mu.Lock()
+	b := &l.b
+	c := b.claim(id)
 	if c == nil || c.uid != uid || c.assumed != p {
-		n.mu.Unlock()
+		l.mu.Unlock()
 		return
 	}
-	s := n.slots[c.pool]
-	n.indexClaim(s, c, false)
+	s := b.slots[c.pool]
+	b.indexClaim(s, c, false)
 	c.assumed = netip.Prefix{}
-	n.indexClaim(s, c, true)
-	ch := n.refit(s, c)
+	b.indexClaim(s, c, true)
+	ch := b.refit(s, c)
 	s.noteWaiting(c)
 	s.sweep = true
-	var wake []ClaimKey
-	for _, k := range n.wakeAfter(s, ch) {
-		if k != key {
+	var wake []claimID
+	for _, k := range b.wakeAfter(s, ch) {
+		if k != id {
 			wake = append(wake, k)
 		}
 	}
-	n.mu.Unlock()
-	l.publishWake(namespace, wake)
+	l.mu.Unlock()
+	l.publishWake(wake)
 }
 
 // publishWake tells subscribers to look again at claims whose decision may
 // have changed outside an informer event.
-func (l *Ledger) publishWake(namespace string, wake []ClaimKey) {
+func (l *Ledger) publishWake(wake []claimID) {
 	if len(wake) == 0 {
 		return
 	}
-	l.publish(Event{Type: Updated, Namespace: namespace, Wake: dedupe(wake)})
+	l.publish(Event{Type: Updated, Wake: refs(wake)})
 }
 
 func allocated(c *claim) Decision {
@@ -452,18 +442,23 @@ func allocated(c *claim) Decision {
 		Message: fmt.Sprintf("holds %s", c.holds())}
 }
 
-// cycle returns the parentRef chain if it leads back to name, else "".
-func (n *namespace) cycle(name string) string {
-	chain := []string{name}
-	seen := map[string]bool{name: true}
-	for cur := name; ; {
-		s := n.slots[cur]
+// cycle returns the parentRef chain if it leads back to the pool, else "".
+// A pool in another namespace than the first is named with its namespace.
+func (b *book) cycle(id poolID) string {
+	chain := []string{id.name()}
+	seen := map[poolID]bool{id: true}
+	for cur := id; ; {
+		s := b.slots[cur]
 		if s == nil || s.pool == nil || s.pool.parent == "" {
 			return ""
 		}
 		cur = s.pool.parent
-		chain = append(chain, cur)
-		if cur == name {
+		if cur.namespace() == id.namespace() {
+			chain = append(chain, cur.name())
+		} else {
+			chain = append(chain, string(cur))
+		}
+		if cur == id {
 			return strings.Join(chain, " -> ")
 		}
 		if seen[cur] {
@@ -474,6 +469,6 @@ func (n *namespace) cycle(name string) string {
 }
 
 // users counts the Subnets and child pools that reference a pool.
-func (n *namespace) users(s *slot) (subnets, children int) {
+func (b *book) users(s *slot) (subnets, children int) {
 	return s.subnets, s.children
 }

@@ -36,17 +36,16 @@ func (l *Ledger) CaughtUp(w Watermark) bool {
 			return true
 		}
 	}
-	n := l.ns(w.Namespace, false)
 	count := 0
-	if n != nil {
-		n.mu.RLock()
+	l.mu.RLock()
+	if c := l.b.namespaces[w.Namespace]; c != nil {
 		if w.Kind == statuscalc.KindSubnet {
-			count = n.subnets
+			count = c.subnets
 		} else {
-			count = n.pools
+			count = c.pools
 		}
-		n.mu.RUnlock()
 	}
+	l.mu.RUnlock()
 	return count == w.Count
 }
 

@@ -173,19 +173,15 @@ func (l *Ledger) knows(o listed) bool {
 // version returns the resourceVersion at which the ledger last saw the
 // object o (same UID).
 func (l *Ledger) version(o listed) (string, bool) {
-	n := l.ns(o.namespace, false)
-	if n == nil {
-		return "", false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if o.kind == statuscalc.KindSubnet {
-		if c := n.claims[SubnetKey(o.name)]; c != nil && c.uid == o.uid {
+		if c := l.b.claim(idOf(o.namespace, SubnetKey(o.name))); c != nil && c.uid == o.uid {
 			return c.rv, true
 		}
 		return "", false
 	}
-	if s := n.slots[o.name]; s != nil && s.pool != nil && s.pool.uid == o.uid {
+	if s := l.b.slots[poolIDOf(o.namespace, o.name)]; s != nil && s.pool != nil && s.pool.uid == o.uid {
 		return s.pool.rv, true
 	}
 	return "", false

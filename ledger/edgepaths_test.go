@@ -75,7 +75,7 @@ func TestFirstGrantStands(t *testing.T) {
 		t.Fatalf("younger, alone: %+v", d)
 	}
 	l.ApplySubnet(explicit("older", "p", "10.0.0.0/26", 1), Created, nil)
-	if d := decide(t, l, "older"); d.Reason != ipamv1.ReasonOverlaps || d.Winner != "Subnet/younger" {
+	if d := decide(t, l, "older"); d.Reason != ipamv1.ReasonOverlaps || refKey(d.Winner) != "Subnet/younger" {
 		t.Errorf("older, after the grant: %+v", d)
 	}
 }

@@ -28,7 +28,10 @@ const (
 // reconcilers take their events from here rather than from their own
 // informer handlers, whose order relative to the ledger's is not defined).
 type Event struct {
-	Type      EventType
+	Type EventType
+	// Kind, Namespace and Name name the object the event is about; all
+	// three are empty on an event that only wakes claims (after a
+	// decision), whose Wake names each claim with its own namespace.
 	Kind      string // statuscalc.KindSubnet or statuscalc.KindSubnetPool
 	Namespace string
 	Name      string
@@ -47,7 +50,7 @@ type Event struct {
 	// Wake lists claims whose decision may have changed: claims of a pool
 	// that holds nothing yet (waiting for the pool, for space, or for a
 	// winner to go) when the pool changed or space was released.
-	Wake []ClaimKey
+	Wake []statuscalc.ClaimRef
 }
 
 // Subscribe registers fn for every event and returns a function that
@@ -96,22 +99,23 @@ func (l *Ledger) ApplySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 // applySubnet is ApplySubnet without moving the freshness mark: a relist
 // moves it once, when every listed object is applied (subnetStore.Replace).
 func (l *Ledger) applySubnet(s *ipamv1.Subnet, typ EventType, old any) {
-	n := l.ns(s.Namespace, true)
-	n.mu.Lock()
-	prev, known := n.claims[SubnetKey(s.Name)]
+	facts := subnetFacts(s)
+	l.mu.Lock()
+	b := &l.b
+	prev := b.claim(facts.id)
+	known := prev != nil
 	if !known {
-		n.subnets++
-	} else if old == nil && prev.pool != s.Spec.PoolRef {
+		b.namespace(s.Namespace).subnets++
+	} else if old == nil && prev.pool != facts.pool {
 		// The feed has no old object: say where the claim was (only a
 		// bypassed schema moves a Subnet), for the pool it left.
-		old = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}, Spec: ipamv1.SubnetSpec{PoolRef: prev.pool}}
+		old = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}, Spec: ipamv1.SubnetSpec{PoolRef: prev.pool.name()}}
 	}
-	facts := subnetFacts(s)
 	asBefore := known && heldAsBefore(prev, facts)
-	released := n.upsertClaim(facts)
-	wake := n.wakeAfterRelease(s.Spec.PoolRef, released)
-	n.mu.Unlock()
-	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: s, OldObject: old, Wake: wake, HeldAsBefore: asBefore})
+	released := b.upsertClaim(facts)
+	wake := b.wakeAfterRelease(facts.pool, released)
+	l.mu.Unlock()
+	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: s, OldObject: old, Wake: refs(wake), HeldAsBefore: asBefore})
 }
 
 // heldAsBefore compares a Subnet's facts before and after an update (see
@@ -139,52 +143,54 @@ func (l *Ledger) deleteSubnet(obj any) *ipamv1.Subnet {
 	if !ok {
 		return nil
 	}
-	var wake []ClaimKey
-	if n := l.ns(s.Namespace, false); n != nil {
-		n.mu.Lock()
-		if _, known := n.claims[SubnetKey(s.Name)]; known {
-			n.subnets--
-			released := n.removeClaim(SubnetKey(s.Name))
-			wake = n.wakeAfterRelease(s.Spec.PoolRef, released)
-		}
-		n.mu.Unlock()
+	var wake []claimID
+	id := idOf(s.Namespace, SubnetKey(s.Name))
+	l.mu.Lock()
+	b := &l.b
+	if c := b.claim(id); c != nil {
+		b.namespace(s.Namespace).subnets--
+		b.forgetNamespace(s.Namespace)
+		pool := c.pool
+		released := b.removeClaim(id)
+		wake = b.wakeAfterRelease(pool, released)
 	}
-	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: obj, Wake: wake})
+	l.mu.Unlock()
+	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: obj, Wake: refs(wake)})
 	return s
 }
 
 // ApplyPool records a SubnetPool as created or updated.
 func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
-	n := l.ns(p.Namespace, true)
-	n.mu.Lock()
-	s := n.slot(p.Name)
-	if s.pool == nil {
-		n.pools++
-	}
 	facts, asClaim := poolFacts(p)
+	l.mu.Lock()
+	b := &l.b
+	s := b.slot(facts.id)
+	if s.pool == nil {
+		b.namespace(p.Namespace).pools++
+	}
 	previous := s.pool
 	s.pool = facts
-	var wake []ClaimKey
+	var wake []claimID
 	if asClaim != nil {
-		released := n.upsertClaim(asClaim)
-		wake = append(wake, n.wakeAfterRelease(asClaim.pool, released)...)
-	} else if stale := n.claims[PoolKey(p.Name)]; stale != nil {
+		released := b.upsertClaim(asClaim)
+		wake = append(wake, b.wakeAfterRelease(asClaim.pool, released)...)
+	} else if stale := b.claim(s.self); stale != nil {
 		// Only a bypassed schema removes a parentRef.
-		released := n.removeClaim(stale.key)
-		wake = append(wake, n.wakeAfterRelease(stale.pool, released)...)
+		released := b.removeClaim(stale.id)
+		wake = append(wake, b.wakeAfterRelease(stale.pool, released)...)
 	}
-	rebuilt := n.rebuildSpace(s)
+	rebuilt := b.rebuildSpace(s)
 	// Claims waiting on this pool look again when it may now serve them: it
 	// appeared, changed what it hands out or how, or is terminating. Not on
 	// a status-only update (our own writes), which changes none of that.
 	// Its pending requests are arbitrated again under the new rules.
 	if previous == nil || rebuilt || !sameRules(previous, facts) {
 		s.sweep = true
-		wake = append(wake, n.waiters(s)...)
+		wake = append(wake, b.waiters(s)...)
 	}
-	n.mu.Unlock()
+	l.mu.Unlock()
 	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
-	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: p, OldObject: old, Wake: dedupe(wake)})
+	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: p, OldObject: old, Wake: refs(wake)})
 }
 
 // DeletePool records a SubnetPool's deletion. obj may be a tombstone.
@@ -193,24 +199,25 @@ func (l *Ledger) DeletePool(obj any) {
 	if !ok {
 		return
 	}
-	var wake []ClaimKey
-	if n := l.ns(p.Namespace, false); n != nil {
-		n.mu.Lock()
-		if s := n.slots[p.Name]; s != nil && s.pool != nil {
-			n.pools--
-			if c := n.claims[PoolKey(p.Name)]; c != nil {
-				released := n.removeClaim(c.key)
-				wake = append(wake, n.wakeAfterRelease(c.pool, released)...)
-			}
-			s.pool = nil
-			n.rebuildSpace(s)
-			wake = append(wake, n.waiters(s)...)
-			n.dropIfEmpty(s)
+	var wake []claimID
+	l.mu.Lock()
+	b := &l.b
+	if s := b.slots[poolIDOf(p.Namespace, p.Name)]; s != nil && s.pool != nil {
+		b.namespace(p.Namespace).pools--
+		b.forgetNamespace(p.Namespace)
+		if c := b.claim(s.self); c != nil {
+			pool := c.pool
+			released := b.removeClaim(c.id)
+			wake = append(wake, b.wakeAfterRelease(pool, released)...)
 		}
-		n.mu.Unlock()
+		s.pool = nil
+		b.rebuildSpace(s)
+		wake = append(wake, b.waiters(s)...)
+		b.dropIfEmpty(s)
 	}
+	l.mu.Unlock()
 	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
-	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: obj, Wake: dedupe(wake)})
+	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: obj, Wake: refs(wake)})
 }
 
 // sameRules reports whether two versions of a pool hand out ranges alike.
@@ -222,27 +229,27 @@ func sameRules(a, b *pool) bool {
 
 // wakeAfterRelease returns the claims to wake after a change to the free
 // space of the pool poolName.
-func (n *namespace) wakeAfterRelease(poolName string, ch change) []ClaimKey {
-	s := n.slots[poolName]
+func (b *book) wakeAfterRelease(pool poolID, ch change) []claimID {
+	s := b.slots[pool]
 	if s == nil {
 		return nil
 	}
-	return n.wakeAfter(s, ch)
+	return b.wakeAfter(s, ch)
 }
 
 // wakeAfter returns the claims a change to a slot's free space may let in:
 // after a rebuild, every waiter; after releases, afterRelease's.
-func (n *namespace) wakeAfter(s *slot, ch change) []ClaimKey {
+func (b *book) wakeAfter(s *slot, ch change) []claimID {
 	if ch.rebuilt {
-		wake := n.waiters(s)
+		wake := b.waiters(s)
 		if s.pool != nil && s.pool.parent != "" {
-			wake = append(wake, n.afterRelease(s, netip.Prefix{})...) // a child pool waiting to change its range
+			wake = append(wake, b.afterRelease(s, netip.Prefix{})...) // a child pool waiting to change its range
 		}
 		return wake
 	}
-	var wake []ClaimKey
+	var wake []claimID
 	for _, p := range ch.released {
-		wake = append(wake, n.afterRelease(s, p)...)
+		wake = append(wake, b.afterRelease(s, p)...)
 	}
 	return wake
 }
@@ -253,8 +260,8 @@ func (n *namespace) wakeAfter(s *slot, ch change) []ClaimKey {
 // until its claims fit, that child pool (its parent sweeps again). Waking
 // only these keeps a release in a pool with many waiters from reconciling
 // them all. O(w) in the pool's waiting claims.
-func (n *namespace) afterRelease(s *slot, released netip.Prefix) []ClaimKey {
-	var wake []ClaimKey
+func (b *book) afterRelease(s *slot, released netip.Prefix) []claimID {
+	var wake []claimID
 	if s.space != nil {
 		largest := s.space.Usage().LargestFree
 		for key := range s.waiting {
@@ -276,11 +283,11 @@ func (n *namespace) afterRelease(s *slot, released netip.Prefix) []ClaimKey {
 		}
 	}
 	if s.pool != nil && s.pool.parent != "" {
-		if c := n.claims[PoolKey(s.name)]; c != nil && c.requested.IsValid() && c.requested != c.holds() {
-			if parent := n.slots[s.pool.parent]; parent != nil {
+		if c := b.claim(s.self); c != nil && c.requested.IsValid() && c.requested != c.holds() {
+			if parent := b.slots[s.pool.parent]; parent != nil {
 				parent.sweep = true
 			}
-			wake = append(wake, c.key)
+			wake = append(wake, c.id)
 		}
 	}
 	return wake
@@ -288,8 +295,8 @@ func (n *namespace) afterRelease(s *slot, released netip.Prefix) []ClaimKey {
 
 // waiters are the claims of a slot that hold nothing, or (child pools) ask
 // for a range other than the one they hold. O(w log w) in their number.
-func (n *namespace) waiters(s *slot) []ClaimKey {
-	out := make([]ClaimKey, 0, len(s.waiting))
+func (b *book) waiters(s *slot) []claimID {
+	out := make([]claimID, 0, len(s.waiting))
 	for key := range s.waiting {
 		out = append(out, key)
 	}
@@ -297,9 +304,19 @@ func (n *namespace) waiters(s *slot) []ClaimKey {
 	return out
 }
 
-func dedupe(keys []ClaimKey) []ClaimKey {
-	slices.Sort(keys)
-	return slices.Compact(keys)
+// refs returns the claims to wake, each once, as the rest of the operator
+// names them.
+func refs(ids []claimID) []statuscalc.ClaimRef {
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	out := make([]statuscalc.ClaimRef, len(ids))
+	for i, id := range ids {
+		out[i] = id.ref()
+	}
+	return out
 }
 
 // newer reports whether resourceVersion a is later than b.

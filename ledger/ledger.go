@@ -1,11 +1,17 @@
 // Package ledger is the in-memory record of every SubnetPool and every claim
-// (Subnet or child pool), per namespace, fed by the manager's informers.
+// (Subnet or child pool), fed by the manager's informers.
 //
 // The admission webhooks read it to answer "does this overlap anything" in
 // O(log n) without listing a pool; the reconcilers use it as the arbiter of
-// design invariant 1: decisions are made under the namespace's lock against
-// what the informers delivered plus what the arbiter itself granted but the
-// informers have not shown yet (the "assumed" ranges, as in kube-scheduler).
+// design invariant 1: decisions are made under the ledger's one decision lock
+// against what the informers delivered plus what the arbiter itself granted
+// but the informers have not shown yet (the "assumed" ranges, as in
+// kube-scheduler).
+//
+// Everything is keyed by namespace and name (claimID, poolID), so that a
+// claim's pool, and a pool's parent, may live in another namespace: the
+// overlap domain is a root pool's tree, wherever its objects live
+// (docs/design/tenancy.md).
 //
 // It keeps facts, not objects: parsed ranges, names, timestamps. Nothing here
 // deep-copies a pool.
@@ -14,6 +20,7 @@ package ledger
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,11 +64,54 @@ func (k ClaimKey) Name() string {
 	return string(k)
 }
 
+// claimID names a claim in the cluster as one string,
+// "<namespace>/<Kind>/<name>": the key of the ledger's maps and of its
+// pools' range indexes (which need an ordered key). A namespace has no "/".
+// The claim's namespace and ClaimKey are substrings of it, so a claim keeps
+// one string for all three.
+type claimID string
+
+func idOf(namespace string, key ClaimKey) claimID { return claimID(namespace + "/" + string(key)) }
+
+func (id claimID) namespace() string {
+	ns, _, _ := strings.Cut(string(id), "/")
+	return ns
+}
+
+func (id claimID) key() ClaimKey {
+	_, key, _ := strings.Cut(string(id), "/")
+	return ClaimKey(key)
+}
+
+// ref is the claim's name as the rest of the operator spells it.
+func (id claimID) ref() statuscalc.ClaimRef {
+	key := id.key()
+	return statuscalc.ClaimRef{Kind: key.Kind(), Namespace: id.namespace(), Name: key.Name()}
+}
+
+// poolID names a pool in the cluster: "<namespace>/<name>".
+type poolID string
+
+func poolIDOf(namespace, name string) poolID { return poolID(namespace + "/" + name) }
+
+func (id poolID) namespace() string {
+	ns, _, _ := strings.Cut(string(id), "/")
+	return ns
+}
+
+func (id poolID) name() string {
+	_, name, _ := strings.Cut(string(id), "/")
+	return name
+}
+
+// claimID is the pool's own claim on its parent (a child pool's).
+func (id poolID) claimID() claimID { return idOf(id.namespace(), PoolKey(id.name())) }
+
 // claim is what the ledger knows of a Subnet, or of a child pool as a claim
 // on its parent.
 type claim struct {
-	key     ClaimKey
-	pool    string // the pool it claims from (spec.poolRef, or a child's spec.parentRef)
+	id      claimID
+	pool    poolID // the pool it claims from (spec.poolRef, or a child's spec.parentRef)
 	uid     types.UID
 	rv      string // the resourceVersion of the object the facts come from
 	created time.Time
@@ -222,9 +272,12 @@ func (c *claim) serves() netip.Prefix {
 	return netip.Prefix{}
 }
 
-func (c *claim) statuscalcClaim(namespace string) statuscalc.Claim {
+// key is the claim's key within its namespace.
+func (c *claim) key() ClaimKey { return c.id.key() }
+
+func (c *claim) statuscalcClaim() statuscalc.Claim {
 	return statuscalc.Claim{
-		Ref:       statuscalc.ClaimRef{Kind: c.key.Kind(), Namespace: namespace, Name: c.key.Name()},
+		Ref:       c.id.ref(),
 		Requested: c.requested,
 		Held:      c.holds(),
 		Created:   c.created,
@@ -233,7 +286,7 @@ func (c *claim) statuscalcClaim(namespace string) statuscalc.Claim {
 
 // pool is what the ledger knows of a SubnetPool.
 type pool struct {
-	name       string
+	id         poolID
 	uid        types.UID
 	rv         string
 	generation int64
@@ -241,10 +294,10 @@ type pool struct {
 	deleting   bool
 
 	spec       netip.Prefix // spec.cidr; invalid if it does not parse
-	parent     string
-	defaultLen int // -1 if unset
-	minLen     int // -1 if unset
-	maxLen     int // -1 if unset
+	parent     poolID       // "" for a root pool
+	defaultLen int          // -1 if unset
+	minLen     int          // -1 if unset
+	maxLen     int          // -1 if unset
 	reserved   []netip.Prefix
 	statusCIDR netip.Prefix // status.cidr as the API shows it
 	// labels are the pool's labels, for the metrics (the alert opt-out).
@@ -255,12 +308,14 @@ type pool struct {
 // not exist), the claims that reference it, the index of their ranges and the
 // free-space map of the range it serves.
 type slot struct {
-	name   string
+	id poolID
+	// self is the pool's own claim on its parent, if it is a child pool.
+	self   claimID
 	pool   *pool
-	claims map[ClaimKey]*claim
+	claims map[claimID]*claim
 	// index holds each claim's requested range and, if different, the range
 	// it holds: every range a new claim must not overlap.
-	index *ipspace.Index[ClaimKey]
+	index *ipspace.Index[claimID]
 	// serving is the range the pool hands out: spec.cidr for a root pool,
 	// the range the parent granted for a child pool. space maps it; both are
 	// unset while the pool serves nothing.
@@ -270,17 +325,17 @@ type slot struct {
 	spaceReserved []netip.Prefix
 	// collisions holds the claims whose held range is not placed because it
 	// collides (see claim.placed).
-	collisions map[ClaimKey]struct{}
+	collisions map[claimID]struct{}
 	// outside holds the claims whose held range breaks the pool's current
 	// rules (see claim.outside).
-	outside map[ClaimKey]struct{}
+	outside map[claimID]struct{}
 	// requests holds the explicit requests that do not hold their range: the
 	// claims a sweep decides. A subset of waiting, kept apart so that a
 	// dynamic allocation does not scan the dynamic claims waiting with it.
-	requests map[ClaimKey]struct{}
+	requests map[claimID]struct{}
 	// waiting holds the claims that hold nothing, or ask for a range other
 	// than the one they hold: the claims to wake when the pool changes.
-	waiting map[ClaimKey]struct{}
+	waiting map[claimID]struct{}
 	// subnets and children count the claims by kind; reasons counts them by
 	// the Ready reason their status shows ("" before the first status).
 	subnets, children int
@@ -290,23 +345,44 @@ type slot struct {
 	sweep bool
 }
 
-// namespace holds the slots of one namespace under one lock. Pools nest only
-// within a namespace, so this lock makes every decision about a pool tree
-// atomic: it is the "one writer per pool" of the design.
-type namespace struct {
-	mu    sync.RWMutex
-	name  string
-	slots map[string]*slot
-	// claims indexes every claim by key, whichever pool it references.
-	claims map[ClaimKey]*claim
+// book is everything the ledger knows, guarded by Ledger.mu.
+//
+// One lock for every decision, not one per overlap domain: a child pool
+// whose parent does not exist yet belongs to no known domain, and when the
+// parent appears two domains merge; per-domain locks would need an ordering
+// rule and a re-check after each re-lock. A decision takes microseconds
+// (docs/benchmarks.md), so one lock serializes little that a pool's own
+// lock would not (docs/architecture.md, "The decision lock").
+type book struct {
+	slots map[poolID]*slot
+	// namespaces holds each namespace's claims and object counts. Claims
+	// are indexed under their namespace, not in one map, so that a read of
+	// everything (Objects, ReadySubnets) takes the lock one namespace at a
+	// time and a large namespace does not hold up decisions in the others.
+	namespaces map[string]*namespaceRecord
+}
 
-	subnets, pools int // object counts, for the admission freshness barrier
+type namespaceRecord struct {
+	claims map[claimID]*claim
+	// subnets and pools count the namespace's objects, for the admission
+	// freshness barrier (a root pool is counted but is no claim).
+	subnets, pools int
+}
+
+// claim returns a known claim, or nil.
+func (b *book) claim(id claimID) *claim {
+	if n := b.namespaces[id.namespace()]; n != nil {
+		return n.claims[id]
+	}
+	return nil
 }
 
 // Ledger is the in-memory record. Its zero value is not usable: use New.
 type Ledger struct {
-	mu         sync.RWMutex
-	namespaces map[string]*namespace
+	// mu is the decision lock: held for writing while an event is applied
+	// or a decision made, for reading by every query.
+	mu sync.RWMutex
+	b  book
 
 	// Freshness, for the admission barrier: the newest resourceVersion seen
 	// per kind, and a channel closed (and replaced) on every change.
@@ -329,53 +405,63 @@ type Ledger struct {
 // registered with Feed have delivered their initial lists.
 func New() *Ledger {
 	return &Ledger{
-		namespaces: map[string]*namespace{},
-		listeners:  map[int]func(Event){},
-		lastRV:     map[string]string{},
-		changed:    make(chan struct{}),
-		synced:     func() bool { return false },
+		b:         book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}},
+		listeners: map[int]func(Event){},
+		lastRV:    map[string]string{},
+		changed:   make(chan struct{}),
+		synced:    func() bool { return false },
 	}
 }
 
-// ns returns the namespace, creating it when create is set.
-func (l *Ledger) ns(name string, create bool) *namespace {
-	l.mu.RLock()
-	n := l.namespaces[name]
-	l.mu.RUnlock()
-	if n != nil || !create {
-		return n
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n = l.namespaces[name]; n == nil {
-		n = &namespace{name: name, slots: map[string]*slot{}, claims: map[ClaimKey]*claim{}}
-		l.namespaces[name] = n
+// namespace returns a namespace's record, creating it.
+func (b *book) namespace(name string) *namespaceRecord {
+	n := b.namespaces[name]
+	if n == nil {
+		n = &namespaceRecord{claims: map[claimID]*claim{}}
+		b.namespaces[name] = n
 	}
 	return n
 }
 
-func (n *namespace) slot(name string) *slot {
-	s := n.slots[name]
+// forgetNamespace drops a namespace's record once nothing is left in it.
+func (b *book) forgetNamespace(name string) {
+	if n := b.namespaces[name]; n != nil && n.subnets == 0 && n.pools == 0 && len(n.claims) == 0 {
+		delete(b.namespaces, name)
+	}
+}
+
+func (b *book) slot(id poolID) *slot {
+	s := b.slots[id]
 	if s == nil {
-		s = &slot{name: name, claims: map[ClaimKey]*claim{}, waiting: map[ClaimKey]struct{}{}, requests: map[ClaimKey]struct{}{},
-			collisions: map[ClaimKey]struct{}{}, outside: map[ClaimKey]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[ClaimKey]()}
-		n.slots[name] = s
+		s = &slot{id: id, self: id.claimID(), claims: map[claimID]*claim{}, waiting: map[claimID]struct{}{}, requests: map[claimID]struct{}{},
+			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
+		b.slots[id] = s
 	}
 	return s
 }
 
 // dropIfEmpty forgets a slot with no pool and no claims.
-func (n *namespace) dropIfEmpty(s *slot) {
+func (b *book) dropIfEmpty(s *slot) {
 	if s.pool == nil && len(s.claims) == 0 {
-		delete(n.slots, s.name)
+		delete(b.slots, s.id)
 	}
+}
+
+// childSlot returns the slot of the child pool whose claim on its parent c
+// is, or nil (c is a Subnet's claim, or the child pool is unknown).
+func (b *book) childSlot(c *claim) *slot {
+	key := c.key()
+	if key.Kind() != statuscalc.KindSubnetPool {
+		return nil
+	}
+	return b.slots[poolIDOf(c.id.namespace(), key.Name())]
 }
 
 // subnetFacts extracts a Subnet's claim.
 func subnetFacts(s *ipamv1.Subnet) *claim {
 	c := &claim{
-		key:          SubnetKey(s.Name),
-		pool:         s.Spec.PoolRef,
+		id:           idOf(s.Namespace, SubnetKey(s.Name)),
+		pool:         poolIDOf(s.Namespace, s.Spec.PoolRef),
 		uid:          s.UID,
 		rv:           s.ResourceVersion,
 		created:      s.CreationTimestamp.Time,
@@ -409,13 +495,12 @@ func subnetFacts(s *ipamv1.Subnet) *claim {
 // poolFacts extracts a pool and, for a child pool, its claim on the parent.
 func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 	pl := &pool{
-		name:       p.Name,
+		id:         poolIDOf(p.Namespace, p.Name),
 		uid:        p.UID,
 		rv:         p.ResourceVersion,
 		generation: p.Generation,
 		created:    p.CreationTimestamp.Time,
 		deleting:   p.DeletionTimestamp != nil,
-		parent:     p.Spec.ParentRef,
 		defaultLen: statuscalc.Length(p.Spec.DefaultPrefixLength),
 		minLen:     statuscalc.Length(p.Spec.MinPrefixLength),
 		maxLen:     statuscalc.Length(p.Spec.MaxPrefixLength),
@@ -427,9 +512,10 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 	if p.Spec.ParentRef == "" {
 		return pl, nil
 	}
+	pl.parent = poolIDOf(p.Namespace, p.Spec.ParentRef)
 	c := &claim{
-		key:          PoolKey(p.Name),
-		pool:         p.Spec.ParentRef,
+		id:           pl.id.claimID(),
+		pool:         pl.parent,
 		uid:          p.UID,
 		rv:           p.ResourceVersion,
 		created:      pl.created,
@@ -458,36 +544,37 @@ func (a change) merge(b change) change {
 
 // upsertClaim records a claim's new facts, keeping the arbiter's assumption
 // until the API shows it, and what that did to its pool's free space.
-func (n *namespace) upsertClaim(next *claim) change {
+func (b *book) upsertClaim(next *claim) change {
 	var ch change
-	old := n.claims[next.key]
+	old := b.claim(next.id)
 	if old != nil && old.uid != next.uid {
 		// Same name, new object: the old one was deleted and we missed it.
-		ch = n.removeClaim(old.key)
+		ch = b.removeClaim(old.id)
 		old = nil
 	}
 	if old != nil && old.pool != next.pool {
 		// poolRef is immutable; only a bypassed schema gets here.
-		ch = n.removeClaim(old.key)
+		ch = b.removeClaim(old.id)
 		old = nil
 	}
 	if old == nil {
 		next.seen = time.Now().UnixNano()
-		n.claims[next.key] = next
-		s := n.slot(next.pool)
-		s.claims[next.key] = next
-		s.count(next.key, next.reason, +1)
-		n.indexClaim(s, next, true)
+		b.namespace(next.id.namespace()).claims[next.id] = next
+		s := b.slot(next.pool)
+		next.pool = s.id // one string per pool, not one per claim
+		s.claims[next.id] = next
+		s.count(next.key(), next.reason, +1)
+		b.indexClaim(s, next, true)
 		if next.requested.IsValid() && next.requested != next.holds() {
 			s.sweep = true
 		}
-		n.place(s, next)
+		b.place(s, next)
 		s.noteWaiting(next)
 		return ch
 	}
 
-	s := n.slot(old.pool)
-	n.indexClaim(s, old, false)
+	s := b.slot(old.pool)
+	b.indexClaim(s, old, false)
 	// The assumption stands until the API shows what it holds; then a
 	// request it held up is arbitrated again.
 	if old.assumed.IsValid() && next.held == old.assumed {
@@ -499,13 +586,13 @@ func (n *namespace) upsertClaim(next *claim) change {
 	}
 	old.requested, old.prefixLength, old.invalidSpec = next.requested, next.prefixLength, next.invalidSpec
 	if old.reason != next.reason {
-		s.count(old.key, old.reason, -1)
-		s.count(old.key, next.reason, +1)
+		s.count(old.key(), old.reason, -1)
+		s.count(old.key(), next.reason, +1)
 	}
 	old.held, old.reason, old.created, old.rv = next.held, next.reason, next.created, next.rv
 	old.generation, old.deleting, old.shown, old.status = next.generation, next.deleting, next.shown, next.status
-	n.indexClaim(s, old, true)
-	ch = ch.merge(n.refit(s, old))
+	b.indexClaim(s, old, true)
+	ch = ch.merge(b.refit(s, old))
 	s.noteWaiting(old)
 	return ch
 }
@@ -527,84 +614,85 @@ func (s *slot) count(key ClaimKey, reason string, delta int) {
 // noteWaiting keeps the slot's waiting and requests sets current for c.
 func (s *slot) noteWaiting(c *claim) {
 	if !c.holds().IsValid() || (c.requested.IsValid() && c.requested != c.holds()) {
-		s.waiting[c.key] = struct{}{}
+		s.waiting[c.id] = struct{}{}
 	} else {
-		delete(s.waiting, c.key)
+		delete(s.waiting, c.id)
 	}
 	if c.requested.IsValid() && !c.invalidSpec && c.requested != c.holds() {
-		s.requests[c.key] = struct{}{}
+		s.requests[c.id] = struct{}{}
 	} else {
-		delete(s.requests, c.key)
+		delete(s.requests, c.id)
 	}
 }
 
 // removeClaim forgets a claim and returns what that did to its pool's free
 // space.
-func (n *namespace) removeClaim(key ClaimKey) change {
-	c := n.claims[key]
+func (b *book) removeClaim(key claimID) change {
+	c := b.claim(key)
 	if c == nil {
 		return change{}
 	}
-	delete(n.claims, key)
-	s := n.slots[c.pool]
-	n.indexClaim(s, c, false)
+	delete(b.namespaces[key.namespace()].claims, key)
+	b.forgetNamespace(key.namespace())
+	s := b.slots[c.pool]
+	b.indexClaim(s, c, false)
 	delete(s.claims, key)
-	s.count(key, c.reason, -1)
+	s.count(key.key(), c.reason, -1)
 	delete(s.waiting, key)
 	delete(s.requests, key)
 	_, collided := s.collisions[key]
 	rebuild := c.outside || collided
-	ch := change{released: n.releaseAll(s, c)}
-	n.unplace(s, c)
+	ch := change{released: b.releaseAll(s, c)}
+	b.unplace(s, c)
 	if rebuild && s.space != nil {
 		// What it kept from others was not (only) its placed ranges.
-		n.buildSpace(s)
+		b.buildSpace(s)
 		ch.rebuilt = true
 	}
 	if len(ch.released) > 0 {
 		s.sweep = true
-		n.replaceCollisions(s)
+		b.replaceCollisions(s)
 	}
-	n.dropIfEmpty(s)
+	b.dropIfEmpty(s)
 	return ch
 }
 
 // indexClaim adds (or removes) a claim's ranges in its slot's index: what
 // it asks for, what the API shows it holding and what it is being granted.
-func (n *namespace) indexClaim(s *slot, c *claim, add bool) {
+func (b *book) indexClaim(s *slot, c *claim, add bool) {
 	ranges := [3]netip.Prefix{c.requested, c.held, c.assumed}
 	for i, p := range ranges {
 		if !p.IsValid() || slices.Contains(ranges[:i], p) {
 			continue
 		}
 		if add {
-			s.index.Insert(p, c.key)
+			s.index.Insert(p, c.id)
 		} else {
-			s.index.Delete(p, c.key)
+			s.index.Delete(p, c.id)
 		}
 	}
 }
 
 // refit brings the pool's map in line with c's footprint after c's facts
 // changed, and returns what that did to the free space.
-func (n *namespace) refit(s *slot, c *claim) change {
-	_, collided := s.collisions[c.key]
+func (b *book) refit(s *slot, c *claim) change {
+	_, collided := s.collisions[c.id]
 	if slices.Equal(c.footprint(), c.placed) && !c.outside && !collided {
 		return change{}
 	}
 	before := slices.Clone(c.placed)
-	n.releaseAll(s, c)
-	n.unplace(s, c)
+	b.releaseAll(s, c)
+	b.unplace(s, c)
 	var ch change
 	if c.outside || collided {
 		// unplace cleared the flags; what it kept from others was not (only)
 		// its placed ranges.
 		if s.space != nil {
-			n.buildSpace(s)
+			b.buildSpace(s)
 			ch.rebuilt = true
 		}
 	} else {
-		n.place(s, c)
+		b.place(s, c)
 	}
 	for _, p := range before {
 		if !slices.Contains(c.placed, p) {
@@ -613,7 +701,7 @@ func (n *namespace) refit(s *slot, c *claim) change {
 	}
 	if len(ch.released) > 0 {
 		s.sweep = true
-		n.replaceCollisions(s)
+		b.replaceCollisions(s)
 	}
 	return ch
 }
@@ -623,14 +711,14 @@ func (n *namespace) refit(s *slot, c *claim) change {
 // not simply fit (a collision with another held range, a reserved range, a
 // range that covers the served range) is placed by building the map around
 // it, which keeps every held range from other claims.
-func (n *namespace) place(s *slot, c *claim) {
+func (b *book) place(s *slot, c *claim) {
 	if len(c.placed) > 0 || s.space == nil {
 		return
 	}
 	fp := c.footprint()
 	for _, p := range fp {
 		if !statuscalc.Contains(s.serving, p) && p.Overlaps(s.serving) {
-			n.buildSpace(s) // it covers the served range: nothing of it is free
+			b.buildSpace(s) // it covers the served range: nothing of it is free
 			return
 		}
 	}
@@ -638,11 +726,11 @@ func (n *namespace) place(s *slot, c *claim) {
 	for _, p := range fp {
 		if !statuscalc.Contains(s.serving, p) {
 			c.outside = true
-			s.outside[c.key] = struct{}{}
+			s.outside[c.id] = struct{}{}
 			continue
 		}
 		if s.space.Claim(p) != nil {
-			n.buildSpace(s)
+			b.buildSpace(s)
 			return
 		}
 		got = append(got, p)
@@ -651,15 +739,15 @@ func (n *namespace) place(s *slot, c *claim) {
 }
 
 // unplace clears what place recorded of c (its ranges are released already).
-func (n *namespace) unplace(s *slot, c *claim) {
+func (b *book) unplace(s *slot, c *claim) {
 	c.placed, c.outside = nil, false
-	delete(s.collisions, c.key)
-	delete(s.outside, c.key)
+	delete(s.collisions, c.id)
+	delete(s.outside, c.id)
 }
 
 // releaseAll returns c's placed ranges to its pool's free space and
 // returns them; the parts on a reserved range become reserved again.
-func (n *namespace) releaseAll(s *slot, c *claim) []netip.Prefix {
+func (b *book) releaseAll(s *slot, c *claim) []netip.Prefix {
 	released := c.placed
 	for _, p := range released {
 		_ = s.space.Release(p) // placed ranges are held by construction
@@ -677,10 +765,10 @@ func (n *namespace) releaseAll(s *slot, c *claim) []netip.Prefix {
 // holds, as the API shows or as being granted) overlaps p, or nil. Every
 // held range is kept from other claims, whether it is placed in the map,
 // collides with another, or lies outside the pool's current rules.
-func (n *namespace) holderOverlapping(s *slot, c *claim, p netip.Prefix) *claim {
+func (b *book) holderOverlapping(s *slot, c *claim, p netip.Prefix) *claim {
 	var found *claim
-	s.index.Overlapping(p, func(e ipspace.Entry[ClaimKey]) bool {
-		other := n.claims[e.Owner]
+	s.index.Overlapping(p, func(e ipspace.Entry[claimID]) bool {
+		other := b.claim(e.Owner)
 		if other != nil && other != c && slices.Contains(other.footprint(), e.Prefix) {
 			found = other
 			return false
@@ -691,7 +779,7 @@ func (n *namespace) holderOverlapping(s *slot, c *claim, p netip.Prefix) *claim 
 }
 
 // replaceCollisions retries, oldest first, the held ranges that collided.
-func (n *namespace) replaceCollisions(s *slot) {
+func (b *book) replaceCollisions(s *slot) {
 	if len(s.collisions) == 0 || s.space == nil {
 		return
 	}
@@ -701,30 +789,30 @@ func (n *namespace) replaceCollisions(s *slot) {
 	}
 	slices.SortFunc(unplaced, olderClaim)
 	for _, c := range unplaced {
-		if _, still := s.collisions[c.key]; !still {
+		if _, still := s.collisions[c.id]; !still {
 			continue // a rebuild placed it
 		}
-		delete(s.collisions, c.key)
-		n.place(s, c)
+		delete(s.collisions, c.id)
+		b.place(s, c)
 	}
 }
 
 func olderClaim(a, b *claim) int {
-	return statuscalc.Older(a.statuscalcClaim(""), b.statuscalcClaim(""))
+	return statuscalc.Older(a.statuscalcClaim(), b.statuscalcClaim())
 }
 
 // servingRange is the range a slot's pool hands out: spec.cidr for a root
 // pool; for a child pool, the part of its parent's grant that the API shows
 // (claim.serves); invalid when it serves nothing (no pool, an unparseable
 // spec, a child not granted yet).
-func (n *namespace) servingRange(s *slot) netip.Prefix {
+func (b *book) servingRange(s *slot) netip.Prefix {
 	if s.pool == nil || !s.pool.spec.IsValid() {
 		return netip.Prefix{}
 	}
 	if s.pool.parent == "" {
 		return s.pool.spec
 	}
-	if c := n.claims[PoolKey(s.name)]; c != nil {
+	if c := b.claim(s.self); c != nil {
 		return c.serves()
 	}
 	return netip.Prefix{}
@@ -733,8 +821,8 @@ func (n *namespace) servingRange(s *slot) netip.Prefix {
 // rebuildSpace recomputes the range the slot's pool serves and, if it or
 // the reserved ranges changed, rebuilds the free-space map. It reports
 // whether the map was rebuilt.
-func (n *namespace) rebuildSpace(s *slot) bool {
-	serving := n.servingRange(s)
+func (b *book) rebuildSpace(s *slot) bool {
+	serving := b.servingRange(s)
 	var reserved []netip.Prefix
 	if s.pool != nil {
 		reserved = s.pool.reserved
@@ -743,7 +831,7 @@ func (n *namespace) rebuildSpace(s *slot) bool {
 		return false
 	}
 	s.serving = serving
-	n.buildSpace(s)
+	b.buildSpace(s)
 	return true
 }
 
@@ -760,7 +848,7 @@ func (n *namespace) rebuildSpace(s *slot) bool {
 //     and their ranges kept from other claims too.
 //
 // Both outside cases are reported as ClaimsOutside.
-func (n *namespace) buildSpace(s *slot) {
+func (b *book) buildSpace(s *slot) {
 	for _, c := range s.claims {
 		c.placed, c.outside = nil, false
 	}
@@ -781,7 +869,7 @@ func (n *namespace) buildSpace(s *slot) {
 				continue
 			}
 			c.outside = true
-			s.outside[c.key] = struct{}{}
+			s.outside[c.id] = struct{}{}
 			if p.Overlaps(s.serving) {
 				kept = append(kept, s.serving)
 			}
@@ -819,7 +907,7 @@ func (n *namespace) buildSpace(s *slot) {
 			for _, p := range got {
 				_ = probe.Release(p)
 			}
-			s.collisions[c.key] = struct{}{}
+			s.collisions[c.id] = struct{}{}
 			kept = append(kept, ranges[c]...)
 		}
 		inside = winners
@@ -836,7 +924,7 @@ func (n *namespace) buildSpace(s *slot) {
 		for _, p := range c.placed {
 			if resSet.OverlapsPrefix(p) {
 				c.outside = true
-				s.outside[c.key] = struct{}{}
+				s.outside[c.id] = struct{}{}
 			}
 		}
 	}

@@ -65,13 +65,29 @@ func withStatus(p *ipamv1.SubnetPool, cidr string) *ipamv1.SubnetPool {
 // recorder collects the ledger's events.
 type recorder struct{ events []Event }
 
+// woken returns the keys of the claims woken, each once; all in ns.
 func (r *recorder) woken() []ClaimKey {
 	var out []ClaimKey
 	for _, e := range r.events {
-		out = append(out, e.Wake...)
+		for _, ref := range e.Wake {
+			if ref.Namespace != ns {
+				panic("woke a claim in namespace " + ref.Namespace)
+			}
+			out = append(out, refKey(ref))
+		}
 	}
 	r.events = nil
-	return dedupe(out)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// refKey is a claim's key within its namespace.
+// refKey writes a ref of this test namespace as "Kind/name" ("" for none).
+func refKey(r statuscalc.ClaimRef) ClaimKey {
+	if r == (statuscalc.ClaimRef{}) {
+		return ""
+	}
+	return ClaimKey(r.Kind + "/" + r.Name)
 }
 
 func newLedger() (*Ledger, *recorder) {
@@ -116,7 +132,7 @@ func TestExplicitClaimsOldestWins(t *testing.T) {
 	got := map[string]string{}
 	for _, name := range []string{"late", "b", "a"} {
 		d := decide(t, l, name)
-		got[name] = d.Reason + " " + string(d.Winner)
+		got[name] = d.Reason + " " + string(refKey(d.Winner))
 	}
 	want := map[string]string{
 		"a":    "Allocated ",
@@ -285,12 +301,12 @@ func TestChildPools(t *testing.T) {
 		t.Errorf("root figures: held %s, children %d", f.Usage.Held, f.ChildPools)
 	}
 	l.ApplySubnet(explicit("steal", "root", "10.0.200.0/24", 5), Created, nil)
-	if d := decide(t, l, "steal"); d.Reason != ipamv1.ReasonOverlaps || d.Winner != "SubnetPool/team" {
+	if d := decide(t, l, "steal"); d.Reason != ipamv1.ReasonOverlaps || refKey(d.Winner) != "SubnetPool/team" {
 		t.Errorf("Subnet over the child: %+v", d)
 	}
 	// A sibling that overlaps loses, and says so.
 	l.ApplyPool(childPool("sibling", "root", "10.0.192.0/18", 3), Created, nil)
-	if d := decidePool(t, l, "sibling"); d.Reason != ipamv1.ReasonOverlaps || d.Winner != "SubnetPool/team" {
+	if d := decidePool(t, l, "sibling"); d.Reason != ipamv1.ReasonOverlaps || refKey(d.Winner) != "SubnetPool/team" {
 		t.Errorf("overlapping sibling: %+v", d)
 	}
 	// Growing the child past a sibling's range fails and keeps the old range.
@@ -301,7 +317,7 @@ func TestChildPools(t *testing.T) {
 	grown := withStatus(childPool("team", "root", "10.0.0.0/16", 1), "10.0.128.0/17")
 	l.ApplyPool(grown, Updated, team)
 	d = decidePool(t, l, "team")
-	if d.Ready() || d.CIDR.String() != "10.0.128.0/17" || d.Reason != ipamv1.ReasonOverlaps || d.Winner != "SubnetPool/low" {
+	if d.Ready() || d.CIDR.String() != "10.0.128.0/17" || d.Reason != ipamv1.ReasonOverlaps || refKey(d.Winner) != "SubnetPool/low" {
 		t.Errorf("blocked growth: %+v", d)
 	}
 }
@@ -314,7 +330,7 @@ func TestCycleIsReported(t *testing.T) {
 	if d.Reason != ipamv1.ReasonCycle || d.Message != "parentRef chain leads back to this pool: a -> b -> a" {
 		t.Errorf("cycle: %+v", d)
 	}
-	if got := l.Ancestors(ns, "a"); !slices.Equal(got, []string{"b", "a"}) {
+	if got := l.Ancestors(ns, "a"); !slices.Equal(got, []types.NamespacedName{{Namespace: ns, Name: "b"}, {Namespace: ns, Name: "a"}}) {
 		t.Errorf("Ancestors = %v", got)
 	}
 }
@@ -400,7 +416,7 @@ func TestAdmissionQueries(t *testing.T) {
 	l.ApplyPool(childPool("c", "p", "10.0.128.0/17", 0), Created, nil)
 
 	found, total := l.Overlapping(ns, "p", netip.MustParsePrefix("10.0.0.0/22"), "", 1)
-	if total != 2 || len(found) != 1 || found[0].Key != "Subnet/a" {
+	if total != 2 || len(found) != 1 || refKey(found[0].Ref) != "Subnet/a" {
 		t.Errorf("Overlapping = %v, %d", found, total)
 	}
 	if _, total := l.Overlapping(ns, "p", netip.MustParsePrefix("10.0.1.0/24"), "Subnet/a", 5); total != 0 {
@@ -408,7 +424,7 @@ func TestAdmissionQueries(t *testing.T) {
 	}
 	// Only held ranges bind a pool edit: "a" and "c" hold nothing yet.
 	all := netip.MustParsePrefix("10.0.0.0/16")
-	if found, total := l.HeldLeftOutside(ns, "p", all, netip.MustParsePrefix("10.0.0.0/23"), 5); total != 1 || found[0].Key != "Subnet/b" {
+	if found, total := l.HeldLeftOutside(ns, "p", all, netip.MustParsePrefix("10.0.0.0/23"), 5); total != 1 || refKey(found[0].Ref) != "Subnet/b" {
 		t.Errorf("HeldLeftOutside = %v, %d", found, total)
 	}
 	if _, total := l.HeldLeftOutside(ns, "p", all, netip.MustParsePrefix("10.0.0.0/17"), 5); total != 0 {
@@ -417,11 +433,12 @@ func TestAdmissionQueries(t *testing.T) {
 	if _, total := l.HeldLeftOutside(ns, "p", netip.MustParsePrefix("10.0.0.0/23"), netip.MustParsePrefix("10.0.0.0/24"), 5); total != 0 {
 		t.Errorf("HeldLeftOutside from 10.0.0.0/23 = %d, want 0 (b lies outside it already)", total)
 	}
-	if found, total := l.HeldOverlapping(ns, "p", netip.MustParsePrefix("10.0.0.0/22"), 5); total != 1 || found[0].Key != "Subnet/b" {
+	if found, total := l.HeldOverlapping(ns, "p", netip.MustParsePrefix("10.0.0.0/22"), 5); total != 1 || refKey(found[0].Ref) != "Subnet/b" {
 		t.Errorf("HeldOverlapping = %v, %d", found, total)
 	}
 	named, subnets, children := l.Users(ns, "p", 2)
-	if diff := cmp.Diff([]ClaimKey{"Subnet/a", "Subnet/b"}, named); diff != "" || subnets != 2 || children != 1 {
+	want := []statuscalc.ClaimRef{{Kind: "Subnet", Namespace: ns, Name: "a"}, {Kind: "Subnet", Namespace: ns, Name: "b"}}
+	if diff := cmp.Diff(want, named); diff != "" || subnets != 2 || children != 1 {
 		t.Errorf("Users = %v %d %d", named, subnets, children)
 	}
 	if v, ok := l.Pool(ns, "c"); !ok || v.Parent != "p" || v.Spec.String() != "10.0.128.0/17" {

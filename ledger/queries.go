@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"iter"
 	"maps"
 	"math"
@@ -32,44 +33,36 @@ type PoolView struct {
 
 // Pool returns a pool's view, or false if the pool does not exist.
 func (l *Ledger) Pool(namespace, name string) (PoolView, bool) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return PoolView{}, false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	s := n.slots[name]
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.b.slots[poolIDOf(namespace, name)]
 	if s == nil || s.pool == nil {
 		return PoolView{}, false
 	}
 	p := s.pool
 	return PoolView{
-		Name: p.name, Spec: p.spec, Parent: p.parent, Default: p.defaultLen, Min: p.minLen, Max: p.maxLen,
+		Name: p.id.name(), Spec: p.spec, Parent: p.parent.name(), Default: p.defaultLen, Min: p.minLen, Max: p.maxLen,
 		Reserved: slices.Clone(p.reserved), Deleting: p.deleting,
 	}, true
 }
 
 // Claimant is a claim found by a query: who, and which of its ranges.
 type Claimant struct {
-	Key   ClaimKey
+	Ref   statuscalc.ClaimRef
 	Range netip.Prefix
 }
 
 // Overlapping returns up to limit claims of a pool whose requested or held
-// range overlaps p, ignoring the claim exclude (the object being updated),
-// and the total number found. O(L log n + k).
+// range overlaps p, ignoring the claim exclude of the pool's namespace (the
+// object being updated), and the total number found. O(L log n + k).
 func (l *Ledger) Overlapping(namespace, pool string, p netip.Prefix, exclude ClaimKey, limit int) ([]Claimant, int) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return nil, 0
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	s := n.slots[pool]
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.b.slots[poolIDOf(namespace, pool)]
 	if s == nil {
 		return nil, 0
 	}
-	c := collector{limit: limit, seen: map[ClaimKey]bool{exclude: true}}
+	c := collector{limit: limit, seen: map[claimID]bool{idOf(namespace, exclude): true}}
 	s.index.Overlapping(p, c.add)
 	return c.found, len(c.seen) - 1
 }
@@ -81,21 +74,17 @@ func (l *Ledger) Overlapping(namespace, pool string, p netip.Prefix, exclude Cla
 // from them; nor do claims already outside from. O(n) in the pool's claims;
 // pools change rarely.
 func (l *Ledger) HeldLeftOutside(namespace, pool string, from, to netip.Prefix, limit int) ([]Claimant, int) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return nil, 0
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	s := n.slots[pool]
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.b.slots[poolIDOf(namespace, pool)]
 	if s == nil {
 		return nil, 0
 	}
-	c := collector{limit: limit, seen: map[ClaimKey]bool{}}
+	c := collector{limit: limit, seen: map[claimID]bool{}}
 	for key, cl := range s.claims {
 		for _, h := range cl.footprint() {
 			if statuscalc.Contains(from, h) && !statuscalc.Contains(to, h) {
-				c.add(ipspace.Entry[ClaimKey]{Prefix: h, Owner: key})
+				c.add(ipspace.Entry[claimID]{Prefix: h, Owner: key})
 			}
 		}
 	}
@@ -107,19 +96,15 @@ func (l *Ledger) HeldLeftOutside(namespace, pool string, from, to netip.Prefix, 
 // overlaps p, and how many there are: what a new reserved range would
 // cover. O(L log n + k).
 func (l *Ledger) HeldOverlapping(namespace, pool string, p netip.Prefix, limit int) ([]Claimant, int) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return nil, 0
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	s := n.slots[pool]
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.b.slots[poolIDOf(namespace, pool)]
 	if s == nil {
 		return nil, 0
 	}
-	c := collector{limit: limit, seen: map[ClaimKey]bool{}}
-	s.index.Overlapping(p, func(e ipspace.Entry[ClaimKey]) bool {
-		if cl := n.claims[e.Owner]; cl != nil && slices.Contains(cl.footprint(), e.Prefix) {
+	c := collector{limit: limit, seen: map[claimID]bool{}}
+	s.index.Overlapping(p, func(e ipspace.Entry[claimID]) bool {
+		if cl := l.b.claim(e.Owner); cl != nil && slices.Contains(cl.footprint(), e.Prefix) {
 			c.add(e)
 		}
 		return true
@@ -131,14 +116,14 @@ func (l *Ledger) HeldOverlapping(namespace, pool string, p netip.Prefix, limit i
 type collector struct {
 	limit int
 	found []Claimant
-	seen  map[ClaimKey]bool
+	seen  map[claimID]bool
 }
 
-func (c *collector) add(e ipspace.Entry[ClaimKey]) bool {
+func (c *collector) add(e ipspace.Entry[claimID]) bool {
 	if !c.seen[e.Owner] {
 		c.seen[e.Owner] = true
 		if len(c.found) < c.limit {
-			c.found = append(c.found, Claimant{Key: e.Owner, Range: e.Prefix})
+			c.found = append(c.found, Claimant{Ref: e.Owner.ref(), Range: e.Prefix})
 		}
 	}
 	return true
@@ -152,51 +137,59 @@ func (c *collector) sort() {
 		if d := a.Range.Addr().Compare(b.Range.Addr()); d != 0 {
 			return d
 		}
-		return strings.Compare(string(a.Key), string(b.Key))
+		return cmp.Or(strings.Compare(a.Ref.Namespace, b.Ref.Namespace), strings.Compare(a.Ref.Kind, b.Ref.Kind), strings.Compare(a.Ref.Name, b.Ref.Name))
 	})
 }
 
 // Users returns up to limit of the claims that reference a pool (Subnets
-// first, by name, then child pools), and how many Subnets and child pools
-// there are.
-func (l *Ledger) Users(namespace, pool string, limit int) (named []ClaimKey, subnets, children int) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return nil, 0, 0
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	s := n.slots[pool]
+// first, then child pools, each by namespace and name), and how many Subnets
+// and child pools there are.
+func (l *Ledger) Users(namespace, pool string, limit int) (named []statuscalc.ClaimRef, subnets, children int) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.b.slots[poolIDOf(namespace, pool)]
 	if s == nil {
 		return nil, 0, 0
 	}
-	keys := make([]ClaimKey, 0, len(s.claims))
-	for key := range s.claims {
-		keys = append(keys, key)
+	if limit <= 0 {
+		return nil, s.subnets, s.children
 	}
-	slices.Sort(keys) // "Subnet/..." < "SubnetPool/...": Subnets first
+	// The first few in order, kept in a slice of at most limit+1, not a
+	// sort of every claim: a pool in use may have 100k.
+	named = make([]statuscalc.ClaimRef, 0, limit+1)
+	for id := range s.claims {
+		ref := id.ref()
+		if len(named) == limit && compareRefs(ref, named[limit-1]) >= 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(named, ref, compareRefs)
+		named = slices.Insert(named, i, ref)
+		named = named[:min(len(named), limit)]
+	}
+	return named, s.subnets, s.children
+}
 
-	return keys[:min(limit, len(keys))], s.subnets, s.children
+// compareRefs orders claims as Users names them: Subnets before pools, then
+// by namespace and name.
+func compareRefs(a, b statuscalc.ClaimRef) int {
+	return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 }
 
 // Ancestors returns a pool's parentRef chain, nearest first, stopping at a
-// pool that does not exist or at the first repeated name.
-func (l *Ledger) Ancestors(namespace, pool string) []string {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return nil
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	var chain []string
-	seen := map[string]bool{pool: true}
-	for cur := pool; ; {
-		s := n.slots[cur]
+// pool that does not exist or at the first repeated pool.
+func (l *Ledger) Ancestors(namespace, pool string) []types.NamespacedName {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var chain []types.NamespacedName
+	start := poolIDOf(namespace, pool)
+	seen := map[poolID]bool{start: true}
+	for cur := start; ; {
+		s := l.b.slots[cur]
 		if s == nil || s.pool == nil || s.pool.parent == "" {
 			return chain
 		}
 		cur = s.pool.parent
-		chain = append(chain, cur)
+		chain = append(chain, types.NamespacedName{Namespace: cur.namespace(), Name: cur.name()})
 		if seen[cur] {
 			return chain
 		}
@@ -208,13 +201,9 @@ func (l *Ledger) Ancestors(namespace, pool string) []string {
 // with the conflicts it must report: held ranges that collide, and explicit
 // requests that lose to a held range. O(W + c log n) for c pending requests.
 func (l *Ledger) PoolFigures(namespace, name string) (statuscalc.Figures, bool) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return statuscalc.Figures{}, false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	s := n.slots[name]
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.b.slots[poolIDOf(namespace, name)]
 	if s == nil || s.pool == nil {
 		return statuscalc.Figures{}, false
 	}
@@ -223,7 +212,7 @@ func (l *Ledger) PoolFigures(namespace, name string) (statuscalc.Figures, bool) 
 		f = statuscalc.Measure(s.pool.defaultLen, s.pool.maxLen, s.space)
 	}
 	f.Subnets, f.ChildPools = int32(s.subnets), int32(s.children)
-	f.Conflicts = n.conflicts(s)
+	f.Conflicts = l.b.conflicts(s)
 	return f, true
 }
 
@@ -232,13 +221,9 @@ func (l *Ledger) PoolFigures(namespace, name string) (statuscalc.Figures, bool) 
 // blocks of one size, and the range the pool serves; false if the pool is
 // unknown or serves no range. For kubectl ipam free.
 func (l *Ledger) FreeBlocks(namespace, name string, limit int) ([]netip.Prefix, netip.Prefix, bool) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return nil, netip.Prefix{}, false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	s := n.slots[name]
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.b.slots[poolIDOf(namespace, name)]
 	if s == nil || s.pool == nil || s.space == nil {
 		return nil, netip.Prefix{}, false
 	}
@@ -251,8 +236,8 @@ func (l *Ledger) FreeBlocks(namespace, name string, limit int) ([]netip.Prefix, 
 // conflicts lists, in winner order of the losers, the claims of a slot that
 // do not hold their range because another claim does: held ranges that
 // collide, and requests that overlap another claim's held range.
-func (n *namespace) conflicts(s *slot) []statuscalc.Conflict {
-	keys := make(map[ClaimKey]struct{}, len(s.collisions)+len(s.requests))
+func (b *book) conflicts(s *slot) []statuscalc.Conflict {
+	keys := make(map[claimID]struct{}, len(s.collisions)+len(s.requests))
 	for key := range s.collisions {
 		keys[key] = struct{}{}
 	}
@@ -266,17 +251,17 @@ func (n *namespace) conflicts(s *slot) []statuscalc.Conflict {
 	slices.SortFunc(losers, olderClaim)
 	var out []statuscalc.Conflict
 	for _, c := range losers {
-		_, collided := s.collisions[c.key]
+		_, collided := s.collisions[c.id]
 		r := c.requested
 		if collided {
 			r = c.footprint()[0]
 		}
-		conflict := statuscalc.Conflict{Loser: c.statuscalcClaim(n.name).Ref, LoserRange: r}
-		s.index.Overlapping(r, func(e ipspace.Entry[ClaimKey]) bool {
-			if w := n.claims[e.Owner]; w != nil && w != c {
+		conflict := statuscalc.Conflict{Loser: c.id.ref(), LoserRange: r}
+		s.index.Overlapping(r, func(e ipspace.Entry[claimID]) bool {
+			if w := b.claim(e.Owner); w != nil && w != c {
 				for _, q := range w.placed {
 					if q.Overlaps(r) {
-						conflict.Winner, conflict.WinnerRange = w.statuscalcClaim(n.name).Ref, q
+						conflict.Winner, conflict.WinnerRange = w.id.ref(), q
 						return false
 					}
 				}
@@ -292,14 +277,6 @@ func (n *namespace) conflicts(s *slot) []statuscalc.Conflict {
 	return out
 }
 
-// allNamespaces returns the namespaces the ledger knows, for a pass over
-// them that takes each one's lock in turn.
-func (l *Ledger) allNamespaces() []*namespace {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return slices.Collect(maps.Values(l.namespaces))
-}
-
 // Object is a namespaced name the ledger knows.
 type Object struct{ Namespace, Name string }
 
@@ -307,21 +284,47 @@ type Object struct{ Namespace, Name string }
 // controller that starts after the informers' initial lists to enqueue
 // them all once.
 func (l *Ledger) Objects() (subnets, pools []Object) {
-	for _, n := range l.allNamespaces() {
-		n.mu.RLock()
-		for key := range n.claims {
-			if key.Kind() == statuscalc.KindSubnet {
-				subnets = append(subnets, Object{n.name, key.Name()})
+	l.eachSlot(func(s *slot) {
+		for id := range s.claims {
+			if key := id.key(); key.Kind() == statuscalc.KindSubnet {
+				subnets = append(subnets, Object{id.namespace(), key.Name()})
 			}
 		}
-		for name, s := range n.slots {
-			if s.pool != nil {
-				pools = append(pools, Object{n.name, name})
-			}
+	})
+	return subnets, l.pools()
+}
+
+// pools returns every pool the ledger knows.
+func (l *Ledger) pools() []Object {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var pools []Object
+	for id, s := range l.b.slots {
+		if s.pool != nil {
+			pools = append(pools, Object{id.namespace(), id.name()})
 		}
-		n.mu.RUnlock()
 	}
-	return subnets, pools
+	return pools
+}
+
+// eachSlot calls fn for every pool slot, each under its own hold of the
+// read lock: a read of everything waits for decisions, and decisions wait
+// for it, one pool's share at a time. (A slot holds every claim on its
+// pool, so each pool is read as one consistent snapshot.)
+func (l *Ledger) eachSlot(fn func(*slot)) {
+	for _, id := range l.slotIDs() {
+		l.mu.RLock()
+		if s := l.b.slots[id]; s != nil {
+			fn(s)
+		}
+		l.mu.RUnlock()
+	}
+}
+
+func (l *Ledger) slotIDs() []poolID {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return slices.Collect(maps.Keys(l.b.slots))
 }
 
 // PoolReport is what the metrics collector reads of a pool at scrape time.
@@ -336,25 +339,23 @@ type PoolReport struct {
 }
 
 // Reports calls fn for every pool, in no particular order. Each pool is
-// measured under its namespace's read lock in O(W + c log n).
+// measured under the read lock in O(W + c log n), taken per pool so that
+// a scrape does not hold decisions up for all of them.
 func (l *Ledger) Reports(fn func(PoolReport)) {
-	_, pools := l.Objects()
-	for _, p := range pools {
+	for _, p := range l.pools() {
 		f, ok := l.PoolFigures(p.Namespace, p.Name)
 		if !ok {
 			continue
 		}
 		r := PoolReport{Object: p, Figures: f, SubnetsByReason: map[string]int{}}
-		if n := l.ns(p.Namespace, false); n != nil {
-			n.mu.RLock()
-			if s := n.slots[p.Name]; s != nil && s.pool != nil {
-				r.Parent, r.Labels = s.pool.parent, s.pool.labels
-				for reason, count := range s.reasons {
-					r.SubnetsByReason[reason] = count
-				}
+		l.mu.RLock()
+		if s := l.b.slots[poolIDOf(p.Namespace, p.Name)]; s != nil && s.pool != nil {
+			r.Parent, r.Labels = s.pool.parent.name(), s.pool.labels
+			for reason, count := range s.reasons {
+				r.SubnetsByReason[reason] = count
 			}
-			n.mu.RUnlock()
 		}
+		l.mu.RUnlock()
 		fn(r)
 	}
 }
@@ -362,13 +363,9 @@ func (l *Ledger) Reports(fn func(PoolReport)) {
 // Seen returns when the ledger first saw a Subnet, for the allocation
 // latency metric; false if it does not know it.
 func (l *Ledger) Seen(namespace, name string) (time.Time, bool) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return time.Time{}, false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	c := n.claims[SubnetKey(name)]
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	c := l.b.claim(idOf(namespace, SubnetKey(name)))
 	if c == nil {
 		return time.Time{}, false
 	}
@@ -382,17 +379,13 @@ func (l *Ledger) Seen(namespace, name string) (time.Time, bool) {
 // informer's cache would hold a second copy of each), so this is what the
 // Subnet controller reads. False if the ledger does not know the Subnet.
 func (l *Ledger) Subnet(namespace, name string) (*ipamv1.Subnet, bool) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return nil, false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	c := n.claims[SubnetKey(name)]
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	c := l.b.claim(idOf(namespace, SubnetKey(name)))
 	if c == nil {
 		return nil, false
 	}
-	return c.subnet(namespace), true
+	return c.subnet(), true
 }
 
 // ReadySubnet is a Subnet whose status, as the API shows it, says it holds
@@ -406,27 +399,34 @@ type ReadySubnet struct {
 
 // ReadySubnets yields every Subnet whose stored status says it holds a
 // range: what the API shows, not the arbiter's decisions, for the auditor
-// to check independently. A namespace's lock is held only while its facts
-// are copied, with no allocation per Subnet: rebuilding every object under
-// it stalled the feed and the decisions for ~100 ms at 100k Subnets, five
-// times as long (BenchmarkAuditRead). Each namespace is a consistent
-// snapshot, so an auditor never sees a freed range and its next holder
-// both Ready; the caller's loop runs outside the lock.
+// to check independently. The lock is held only while the facts are
+// copied, with no allocation per Subnet: rebuilding every object under it
+// stalled the feed and the decisions for ~100 ms at 100k Subnets, five
+// times as long (BenchmarkAuditRead). Each pool's Subnets are copied under
+// one hold, a consistent snapshot of the pool, which is what the auditor
+// checks them against (each other and the pool's range): it never sees a
+// freed range and its next holder both Ready. The lock is released between
+// pools, so a large one does not hold up decisions in the others, and the
+// caller's loop runs outside it.
 func (l *Ledger) ReadySubnets() iter.Seq[ReadySubnet] {
 	return func(yield func(ReadySubnet) bool) {
 		var batch []ReadySubnet
-		for _, n := range l.allNamespaces() {
-			n.mu.RLock()
-			batch = slices.Grow(batch[:0], n.subnets)
-			for key, c := range n.claims {
-				if key.Kind() != statuscalc.KindSubnet {
-					continue
-				}
-				if cidr, ok := c.shownCIDR(); ok {
-					batch = append(batch, ReadySubnet{Namespace: n.name, Name: key.Name(), UID: c.uid, Pool: c.pool, CIDR: cidr})
+		for _, pool := range l.slotIDs() {
+			l.mu.RLock()
+			batch = batch[:0]
+			if s := l.b.slots[pool]; s != nil {
+				batch = slices.Grow(batch, s.subnets)
+				for id, c := range s.claims {
+					key := id.key()
+					if key.Kind() != statuscalc.KindSubnet {
+						continue
+					}
+					if cidr, ok := c.shownCIDR(); ok {
+						batch = append(batch, ReadySubnet{Namespace: id.namespace(), Name: key.Name(), UID: c.uid, Pool: pool.name(), CIDR: cidr})
+					}
 				}
 			}
-			n.mu.RUnlock()
+			l.mu.RUnlock()
 			for _, r := range batch {
 				if !yield(r) {
 					return
@@ -454,14 +454,14 @@ func (c *claim) shownCIDR() (netip.Prefix, bool) {
 }
 
 // subnet rebuilds a Subnet claim's object. The caller holds the lock.
-func (c *claim) subnet(namespace string) *ipamv1.Subnet {
+func (c *claim) subnet() *ipamv1.Subnet {
 	s := &ipamv1.Subnet{
 		TypeMeta: metav1.TypeMeta{APIVersion: ipamv1.GroupVersion.String(), Kind: statuscalc.KindSubnet},
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: namespace, Name: c.key.Name(), UID: c.uid, ResourceVersion: c.rv,
+			Namespace: c.id.namespace(), Name: c.key().Name(), UID: c.uid, ResourceVersion: c.rv,
 			Generation: c.generation, CreationTimestamp: metav1.NewTime(c.created),
 		},
-		Spec: ipamv1.SubnetSpec{PoolRef: c.pool},
+		Spec: ipamv1.SubnetSpec{PoolRef: c.pool.name()},
 	}
 	if c.deleting {
 		// When is not recorded; nothing reads it.

@@ -86,10 +86,10 @@ func newSimReplica(name string) *simReplica {
 	// The controllers' event mapping (reconcilers/sources.go), in short.
 	l.Subscribe(func(e Event) {
 		for _, k := range e.Wake {
-			if k.Kind() == statuscalc.KindSubnet {
-				r.subnetWork[k.Name()] = true
+			if k.Kind == statuscalc.KindSubnet {
+				r.subnetWork[k.Name] = true
 			} else {
-				r.pool[k.Name()] = true
+				r.pool[k.Name] = true
 			}
 		}
 		switch e.Kind {

@@ -57,7 +57,7 @@ func TestConcurrentArbitration(t *testing.T) {
 			enqueue(e.Name)
 		}
 		for _, k := range e.Wake {
-			enqueue(k.Name())
+			enqueue(k.Name)
 		}
 	})
 
@@ -151,7 +151,7 @@ func TestConcurrentArbitration(t *testing.T) {
 				continue
 			}
 			d, _ := l.DecideSubnet(ns, name, byName[name].UID)
-			if d.Reason != ipamv1.ReasonOverlaps || d.Winner != SubnetKey(winners[0]) {
+			if d.Reason != ipamv1.ReasonOverlaps || refKey(d.Winner) != SubnetKey(winners[0]) {
 				t.Errorf("%s: %s winner %q, want Overlaps naming %s", name, d.Reason, d.Winner, winners[0])
 			}
 		}

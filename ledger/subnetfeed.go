@@ -189,13 +189,9 @@ func (s *subnetStore) Resync() error { return nil }
 
 // subnetVersion returns the resourceVersion of the Subnet the ledger holds.
 func (l *Ledger) subnetVersion(namespace, name string) (string, bool) {
-	n := l.ns(namespace, false)
-	if n == nil {
-		return "", false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	c := n.claims[SubnetKey(name)]
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	c := l.b.claim(idOf(namespace, SubnetKey(name)))
 	if c == nil {
 		return "", false
 	}

@@ -172,7 +172,7 @@ func TestSubnetViewKeepsEveryStatusExactly(t *testing.T) {
 			if !equality.Semantic.DeepEqual(got.Status, st) {
 				t.Errorf("status %+v\nwant %+v", got.Status, st)
 			}
-			c := l.ns(ns, false).claims[SubnetKey("web")]
+			c := l.b.claim(idOf(ns, SubnetKey("web")))
 			if compact := name == "ready" || name == "waiting"; compact != (c.shown != nil) {
 				t.Errorf("kept compactly: %v; want %v", c.shown != nil, compact)
 			}

@@ -92,7 +92,7 @@ type Finding struct {
 // Audit runs one pass: it sets the violation gauges and records an event on
 // each offending object. Subnets come from the ledger's store, where the
 // Subnet feed keeps each one's status as the API shows it (not the
-// arbiter's decisions), as facts copied out under each namespace's lock;
+// arbiter's decisions), as facts copied out under the ledger's read lock;
 // pools from the cache. The cache's own copies are
 // listed: a deep copy of every pool per pass would be garbage for nothing.
 func (a *Auditor) Audit(ctx context.Context) error {

@@ -106,8 +106,8 @@ func request(namespace, name string) reconcile.Request {
 func wakeRequests(e ledger.Event, kind string) []reconcile.Request {
 	var out []reconcile.Request
 	for _, k := range e.Wake {
-		if k.Kind() == kind {
-			out = append(out, request(e.Namespace, k.Name()))
+		if k.Kind == kind {
+			out = append(out, request(k.Namespace, k.Name))
 		}
 	}
 	return out

@@ -18,6 +18,7 @@ import (
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
 func subnet(ns, name, pool string) *ipamv1.Subnet {
@@ -109,8 +110,10 @@ func TestPoolEvents(t *testing.T) {
 		{"5. external trigger", ledger.Event{Type: ledger.Updated, Kind: "SubnetPool", Namespace: "team-a", Name: "child",
 			Object: annotated, OldObject: childPool("team-a", "child", "root")},
 			[]reconcile.Request{request("team-a", "child")}},
-		{"woken child pools", ledger.Event{Type: ledger.Updated, Namespace: "team-a", Wake: []ledger.ClaimKey{"SubnetPool/c1", "Subnet/s1"}},
-			[]reconcile.Request{request("team-a", "c1")}},
+		// A wake-only event names no object; each woken claim carries its
+		// own namespace.
+		{"woken child pools", ledger.Event{Type: ledger.Updated, Wake: []statuscalc.ClaimRef{{Kind: "SubnetPool", Namespace: "team-a", Name: "c1"}, {Kind: "SubnetPool", Namespace: "team-b", Name: "c1"}, {Kind: "Subnet", Namespace: "team-a", Name: "s1"}}},
+			[]reconcile.Request{request("team-a", "c1"), request("team-b", "c1")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

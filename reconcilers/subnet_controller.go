@@ -72,8 +72,8 @@ func rateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
 // status: Ready with the allocated or confirmed range, or not Ready and why
 // (PoolNotFound, PoolNotReady, Overlaps naming the winner, PoolExhausted,
 // OutOfRange). The decision itself is the ledger's (DecideSubnet), made under
-// the namespace's lock; many workers can therefore write statuses in
-// parallel while decisions stay serial per pool tree.
+// the ledger's decision lock; many workers can therefore write statuses in
+// parallel while decisions stay serial.
 type SubnetReconciler struct {
 	Client client.Client
 	// APIReader reads around the cache: a new leader catches up with it
@@ -259,7 +259,7 @@ func (r *SubnetReconciler) recordTransition(ctx context.Context, before, after *
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, ipamv1.ReasonAllocated, "Allocate", "Holds %s", d.CIDR)
 	case ipamv1.ReasonOverlaps:
 		arbitrationConflicts.Inc()
-		log.Info("Subnet lost arbitration", "subnet", client.ObjectKeyFromObject(after), "winner", string(d.Winner))
+		log.Info("Subnet lost arbitration", "subnet", client.ObjectKeyFromObject(after), "winner", d.Winner.String())
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, d.Reason, "Arbitrate", "%s", d.Message)
 	case ipamv1.ReasonPoolExhausted, ipamv1.ReasonOutOfRange, ipamv1.ReasonInvalidSpec:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, d.Reason, "Allocate", "%s", d.Message)

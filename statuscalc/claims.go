@@ -22,7 +22,8 @@ const (
 	KindSubnetPool = "SubnetPool"
 )
 
-// ClaimRef names a claim. Claims of one pool share its namespace.
+// ClaimRef names a claim. Today a claim and its pool share a namespace;
+// the type does not assume it (docs/design/tenancy.md).
 type ClaimRef struct {
 	Kind      string
 	Namespace string
@@ -47,8 +48,8 @@ type Claim struct {
 }
 
 // Older is the deterministic winner order of design invariant 1: the older
-// creation timestamp wins, then the lexically smaller name (then kind, so the
-// order is total).
+// creation timestamp wins, then the lexically smaller name (then kind and
+// namespace, so the order is total across the namespaces of one pool).
 func Older(a, b Claim) int {
 	if c := a.Created.Compare(b.Created); c != 0 {
 		return c
@@ -56,7 +57,11 @@ func Older(a, b Claim) int {
 	if c := cmp.Compare(a.Ref.Name, b.Ref.Name); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.Ref.Kind, b.Ref.Kind)
+	if c := cmp.Compare(a.Ref.Kind, b.Ref.Kind); c != 0 {
+		return c
+	}
+	// Claims on one pool may live in several namespaces.
+	return cmp.Compare(a.Ref.Namespace, b.Ref.Namespace)
 }
 
 // Conflict is a claim that does not hold its range because another does. A

@@ -183,7 +183,7 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 		p, _ := ipspace.ParseCanonical(s.Spec.CIDR) // validated above
 		if found, total := v.Ledger.Overlapping(s.Namespace, s.Spec.PoolRef, p, ledger.SubnetKey(s.Name), maxNamed); total > 0 {
 			res.add(reasonOverlap, field.Invalid(specPath.Child("cidr"), s.Spec.CIDR,
-				"overlaps "+describe(s.Namespace, found, total)+"; pick a free range, or set spec.prefixLength to have one allocated"))
+				"overlaps "+describe(found, total)+"; pick a free range, or set spec.prefixLength to have one allocated"))
 		}
 	}
 	if len(res.errs) > 0 {

@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -103,8 +104,8 @@ func (v *SubnetPoolValidator) ValidateDelete(ctx context.Context, p *ipamv1.Subn
 		return finish(ctx, statuscalc.KindSubnetPool, poolGK, p.Name, verdict{}, nil)
 	}
 	names := make([]string, 0, len(named))
-	for _, k := range named {
-		names = append(names, fmt.Sprintf("%s %s/%s", k.Kind(), p.Namespace, k.Name()))
+	for _, ref := range named {
+		names = append(names, ref.String())
 	}
 	list := strings.Join(names, ", ")
 	if extra := subnets + children - len(named); extra > 0 {
@@ -170,8 +171,12 @@ func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.
 		res.add(reasonPoolTerminating, field.Invalid(path, p.Spec.ParentRef, fmt.Sprintf("SubnetPool %s/%s is being deleted", p.Namespace, p.Spec.ParentRef)))
 		return res
 	}
-	if chain := v.Ledger.Ancestors(p.Namespace, p.Spec.ParentRef); slices.Contains(chain, p.Name) {
-		cycle := append([]string{p.Name, p.Spec.ParentRef}, chain[:slices.Index(chain, p.Name)+1]...)
+	self := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	if chain := v.Ledger.Ancestors(p.Namespace, p.Spec.ParentRef); slices.Contains(chain, self) {
+		cycle := []string{p.Name, p.Spec.ParentRef}
+		for _, pool := range chain[:slices.Index(chain, self)+1] {
+			cycle = append(cycle, poolName(p.Namespace, pool))
+		}
 		res.add(reasonCycle, field.Invalid(path, p.Spec.ParentRef, "makes a cycle: "+strings.Join(cycle, " -> ")))
 		return res
 	}
@@ -186,7 +191,7 @@ func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.
 	}
 	if found, total := v.Ledger.Overlapping(p.Namespace, p.Spec.ParentRef, cidr, ledger.PoolKey(p.Name), maxNamed); total > 0 {
 		res.add(reasonOverlap, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("overlaps %s in parent SubnetPool %s; pick a free range",
-			describe(p.Namespace, found, total), parentName)))
+			describe(found, total), parentName)))
 	}
 	return res
 }
@@ -204,7 +209,7 @@ func (v *SubnetPoolValidator) validateHoldings(old, p *ipamv1.SubnetPool, cidr n
 	if oldCIDR, err := ipspace.ParsePrefix(old.Spec.CIDR); err == nil && oldCIDR != cidr {
 		if found, total := v.Ledger.HeldLeftOutside(p.Namespace, p.Name, oldCIDR, cidr, maxNamed); total > 0 {
 			res.add(reasonShrink, field.Invalid(specPath.Child("cidr"), p.Spec.CIDR,
-				fmt.Sprintf("would leave claims outside the pool: %s; a pool may grow, or shrink only around what it holds", describe(p.Namespace, found, total))))
+				fmt.Sprintf("would leave claims outside the pool: %s; a pool may grow, or shrink only around what it holds", describe(found, total))))
 		}
 	}
 	for i, r := range p.Spec.Reserved {
@@ -214,8 +219,17 @@ func (v *SubnetPoolValidator) validateHoldings(old, p *ipamv1.SubnetPool, cidr n
 		}
 		if found, total := v.Ledger.HeldOverlapping(p.Namespace, p.Name, rp, maxNamed); total > 0 {
 			res.add(reasonReserved, field.Invalid(specPath.Child("reserved").Index(i), r,
-				"covers ranges already claimed: "+describe(p.Namespace, found, total)))
+				"covers ranges already claimed: "+describe(found, total)))
 		}
 	}
 	return res
+}
+
+// poolName names a pool by its name within namespace, else as
+// namespace/name.
+func poolName(namespace string, pool types.NamespacedName) string {
+	if pool.Namespace == namespace {
+		return pool.Name
+	}
+	return pool.String()
 }

@@ -239,10 +239,10 @@ func validatePoolSpec(name string, spec, old *ipamv1.SubnetPoolSpec, path *field
 // describe names up to maxNamed claims with their ranges, plus a count of
 // the rest: "Subnet team-a/web (10.0.1.0/24), SubnetPool team-a/x (...) and
 // 4 more".
-func describe(namespace string, found []ledger.Claimant, total int) string {
+func describe(found []ledger.Claimant, total int) string {
 	parts := make([]string, 0, len(found))
 	for _, c := range found {
-		parts = append(parts, fmt.Sprintf("%s %s/%s (%s)", c.Key.Kind(), namespace, c.Key.Name(), c.Range))
+		parts = append(parts, fmt.Sprintf("%s (%s)", c.Ref, c.Range))
 	}
 	s := strings.Join(parts, ", ")
 	if extra := total - len(found); extra > 0 {

@@ -78,7 +78,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.DurationVar(&f.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often leader election retries.")
 	flag.Float64Var(&f.qps, "kube-api-qps", 50, "Requests per second to the API server (client-side limit).")
 	flag.IntVar(&f.burst, "kube-api-burst", 100, "Burst of requests to the API server.")
-	flag.IntVar(&f.subnetWorkers, "subnet-workers", 10, "Concurrent Subnet reconciles. Decisions are serial per namespace (the ledger's lock); workers overlap the status writes.")
+	flag.IntVar(&f.subnetWorkers, "subnet-workers", 10, "Concurrent Subnet reconciles. Decisions are serial (the ledger's decision lock); workers overlap the status writes.")
 	flag.IntVar(&f.poolWorkers, "pool-workers", 5, "Concurrent pool status reconciles.")
 	flag.Float64Var(&f.recordRate, "allocation-record-rate", 0, "At most this many allocations recorded into Subnets' spec.cidr per second (each costs two writes), and only while no Subnet waits for a grant; 0: a quarter of --kube-api-qps, so records take at most half the budget.")
 	flag.DurationVar(&f.reconcileTimeout, "reconcile-timeout", 90*time.Second, "Bound on one reconcile.")
