@@ -119,8 +119,8 @@ soak: tools ## Run the randomized lifecycle checker for SOAK_OPS operations (~30
 		-lifecycle.ops=$(SOAK_OPS) $(if $(SOAK_SEED),-lifecycle.seed=$(SOAK_SEED)) | tee $(LOCALBIN)/soak.log
 
 .PHONY: bench
-bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc, webhook handler), then the load run (make load); see docs/benchmarks.md.
-	go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./ipspace/... ./statuscalc/... ./webhooks/... | tee $(LOCALBIN)/bench.txt
+bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc, ledger, webhook handler), then the load run (make load); see docs/benchmarks.md.
+	go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./ipspace/... ./statuscalc/... ./ledger/... ./webhooks/... | tee $(LOCALBIN)/bench.txt
 	$(BENCHSTAT) $(LOCALBIN)/bench.txt
 	$(MAKE) load
 
