@@ -355,10 +355,9 @@ type slot struct {
 // lock would not (docs/architecture.md, "The decision lock").
 type book struct {
 	slots map[poolID]*slot
-	// namespaces holds each namespace's claims and object counts. Claims
-	// are indexed under their namespace, not in one map, so that a read of
-	// everything (Objects, ReadySubnets) takes the lock one namespace at a
-	// time and a large namespace does not hold up decisions in the others.
+	// namespaces holds each namespace's claims and object counts (the
+	// barrier's), so that a namespace that empties leaves nothing behind.
+	// (Reads of everything go slot by slot: Ledger.eachSlot.)
 	namespaces map[string]*namespaceRecord
 }
 

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -98,6 +99,9 @@ func TestNamespacesShareNothingButTheLock(t *testing.T) {
 	}
 	if named, subnets, children := l.Users("b", "p", 0); subnets != 2 || children != 1 || named != nil {
 		t.Errorf("Users b/p limit 0: %v %d %d", named, subnets, children)
+	}
+	if named, _, _ := l.Users("b", "p", math.MaxInt); !slices.Equal(named, wantNamed) {
+		t.Errorf("Users b/p without a limit: %v", named)
 	}
 	// Delete everything in a: counts map must forget a.
 	l.DeleteSubnet(aw)

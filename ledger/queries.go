@@ -156,7 +156,7 @@ func (l *Ledger) Users(namespace, pool string, limit int) (named []statuscalc.Cl
 	}
 	// The first few in order, kept in a slice of at most limit+1, not a
 	// sort of every claim: a pool in use may have 100k.
-	named = make([]statuscalc.ClaimRef, 0, limit+1)
+	named = make([]statuscalc.ClaimRef, 0, min(limit, len(s.claims))+1)
 	for id := range s.claims {
 		ref := id.ref()
 		if len(named) == limit && compareRefs(ref, named[limit-1]) >= 0 {
@@ -282,7 +282,9 @@ type Object struct{ Namespace, Name string }
 
 // Objects returns every Subnet and every pool the ledger knows, for a
 // controller that starts after the informers' initial lists to enqueue
-// them all once.
+// them all once. Read pool by pool (eachSlot): a Subnet re-created in
+// another pool meanwhile may be listed twice or not at all, which a
+// workqueue and the event that re-created it make up for.
 func (l *Ledger) Objects() (subnets, pools []Object) {
 	l.eachSlot(func(s *slot) {
 		for id := range s.claims {
@@ -407,7 +409,9 @@ type ReadySubnet struct {
 // checks them against (each other and the pool's range): it never sees a
 // freed range and its next holder both Ready. The lock is released between
 // pools, so a large one does not hold up decisions in the others, and the
-// caller's loop runs outside it.
+// caller's loop runs outside it. So a Subnet deleted and re-created in
+// another pool during a pass may be yielded twice (once per pool) or not at
+// all; each pool's view stays consistent.
 func (l *Ledger) ReadySubnets() iter.Seq[ReadySubnet] {
 	return func(yield func(ReadySubnet) bool) {
 		var batch []ReadySubnet
