@@ -35,8 +35,8 @@ func (d Decision) Ready() bool {
 	return d.Reason == ipamv1.ReasonAllocated || d.Reason == ipamv1.ReasonAvailable
 }
 
-// The arbiter's rules (design invariant 1), all applied under the ledger's
-// decision lock:
+// The arbiter's rules, which keep any two Ready claims from overlapping,
+// all applied under the ledger's decision lock:
 //   - a range once held is never taken away;
 //   - pending explicit requests (Subnets with spec.cidr, child pools) are
 //     decided in winner order, oldest creationTimestamp first, then by name,

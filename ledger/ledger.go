@@ -2,8 +2,9 @@
 // (Subnet or child pool), fed by the manager's informers.
 //
 // The admission webhooks read it to answer "does this overlap anything" in
-// O(log n) without listing a pool; the reconcilers use it as the arbiter of
-// design invariant 1: decisions are made under the ledger's one decision lock
+// O(log n) without listing a pool; the reconcilers use it as the arbiter
+// that keeps any two Ready claims of one pool tree from overlapping:
+// decisions are made under the ledger's one decision lock
 // against what the informers delivered plus what the arbiter itself granted
 // but the informers have not shown yet (the "assumed" ranges, as in
 // kube-scheduler).

@@ -137,7 +137,7 @@ func (c *collector) sort() {
 		if d := a.Range.Addr().Compare(b.Range.Addr()); d != 0 {
 			return d
 		}
-		return cmp.Or(strings.Compare(a.Ref.Namespace, b.Ref.Namespace), strings.Compare(a.Ref.Kind, b.Ref.Kind), strings.Compare(a.Ref.Name, b.Ref.Name))
+		return compareRefs(a.Ref, b.Ref)
 	})
 }
 
@@ -169,8 +169,9 @@ func (l *Ledger) Users(namespace, pool string, limit int) (named []statuscalc.Cl
 	return named, s.subnets, s.children
 }
 
-// compareRefs orders claims as Users names them: Subnets before pools, then
-// by namespace and name.
+// compareRefs orders claims as the ledger names them (Users, and ties in
+// range for the webhooks' overlap answers): Subnets before pools, then by
+// namespace and name.
 func compareRefs(a, b statuscalc.ClaimRef) int {
 	return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 }
