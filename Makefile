@@ -36,7 +36,8 @@ help: ## Show the targets.
 
 .PHONY: generate
 generate: ## Generate DeepCopy methods for the API types.
-	$(CONTROLLER_GEN) object paths="./api/..."
+	$(CONTROLLER_GEN) object paths="./api/v1alpha1"
+	$(CONTROLLER_GEN) object paths="./api/v1alpha2"
 
 .PHONY: manifests
 manifests: ## Generate the CRDs, the manager's RBAC role and the webhook configurations, then the chart's files.

@@ -15,13 +15,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 func pool(name, cidr, parent string, percent int32) *ipamv1.SubnetPool {
 	p := &ipamv1.SubnetPool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, CreationTimestamp: metav1.Now()},
-		Spec:       ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: parent, DefaultPrefixLength: ptr.To[int32](26)},
+		Spec:       ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: parentRef(parent), DefaultPrefixLength: ptr.To[int32](26)},
 		Status:     ipamv1.SubnetPoolStatus{CIDR: cidr, UtilizationPercent: ptr.To(percent), Utilization: "x%"},
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAvailable})
@@ -31,7 +31,7 @@ func pool(name, cidr, parent string, percent int32) *ipamv1.SubnetPool {
 func held(name, pool, cidr string) *ipamv1.Subnet {
 	s := &ipamv1.Subnet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.Now()},
-		Spec:       ipamv1.SubnetSpec{PoolRef: pool, CIDR: cidr},
+		Spec:       ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}, CIDR: cidr},
 		Status:     ipamv1.SubnetStatus{CIDR: cidr},
 	}
 	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated})
@@ -45,7 +45,7 @@ func fakeClient(t *testing.T, objs ...client.Object) client.Client {
 		t.Fatal(err)
 	}
 	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithIndex(&ipamv1.Subnet{}, "spec.poolRef", func(o client.Object) []string { return []string{o.(*ipamv1.Subnet).Spec.PoolRef} }).
+		WithIndex(&ipamv1.Subnet{}, "spec.poolRef.name", func(o client.Object) []string { return []string{o.(*ipamv1.Subnet).Spec.PoolRef.Name} }).
 		Build()
 }
 
@@ -143,4 +143,13 @@ func TestParseQuery(t *testing.T) {
 			t.Errorf("ParseQuery(%q) accepted", arg)
 		}
 	}
+}
+
+// parentRef references the parent pool name in the pool's own namespace;
+// none for "".
+func parentRef(name string) *ipamv1.PoolReference {
+	if name == "" {
+		return nil
+	}
+	return &ipamv1.PoolReference{Name: name}
 }

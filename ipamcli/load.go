@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
@@ -72,7 +72,7 @@ func poolLedger(ctx context.Context, c client.Reader, namespace, pool string) (*
 	if target == nil {
 		return nil, nil, fmt.Errorf("SubnetPool %s/%s not found", namespace, pool)
 	}
-	subnets, err := listSubnets(ctx, c, client.InNamespace(namespace), client.MatchingFields{"spec.poolRef": pool})
+	subnets, err := listSubnets(ctx, c, client.InNamespace(namespace), client.MatchingFields{"spec.poolRef.name": pool})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -92,6 +92,6 @@ func hypotheticalSubnet(namespace, pool string, length *int32) *ipamv1.Subnet {
 			UID:               types.UID(fmt.Sprintf("kubectl-ipam-next-%016x", rand.Uint64())),
 			CreationTimestamp: metav1.NewTime(time.Now()),
 		},
-		Spec: ipamv1.SubnetSpec{PoolRef: pool, PrefixLength: length},
+		Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool, Namespace: namespace}, PrefixLength: length},
 	}
 }

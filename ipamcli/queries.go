@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/ledger"
 )
@@ -57,7 +57,8 @@ func Tree(ctx context.Context, c client.Reader, namespace string) ([]PoolNode, e
 	var roots []*ipamv1.SubnetPool
 	for i := range pools {
 		p := &pools[i]
-		if parent := (key{p.Namespace, p.Spec.ParentRef}); p.Spec.ParentRef != "" && exists[parent] {
+		if ref := p.Spec.ParentRef; ref != nil && exists[key{ref.In(p.Namespace), ref.Name}] {
+			parent := key{ref.In(p.Namespace), ref.Name}
 			children[parent] = append(children[parent], p)
 		} else {
 			roots = append(roots, p)
@@ -71,8 +72,8 @@ func Tree(ctx context.Context, c client.Reader, namespace string) ([]PoolNode, e
 	build = func(p *ipamv1.SubnetPool) PoolNode {
 		visited[key{p.Namespace, p.Name}] = true
 		n := poolNode(p)
-		if p.Spec.ParentRef != "" && !exists[key{p.Namespace, p.Spec.ParentRef}] {
-			n.MissingParent = p.Spec.ParentRef
+		if ref := p.Spec.ParentRef; ref != nil && !exists[key{ref.In(p.Namespace), ref.Name}] {
+			n.MissingParent = shortRef(p.Namespace, *ref)
 		}
 		kids := children[key{p.Namespace, p.Name}]
 		slices.SortFunc(kids, byName)
@@ -266,7 +267,10 @@ func WhoHas(ctx context.Context, c client.Reader, namespace string, query netip.
 			cidr, holds = p.Spec.CIDR, false
 		}
 		if r, err := ipspace.ParsePrefix(cidr); err == nil && r.Overlaps(query) {
-			h := Holder{Kind: "SubnetPool", Namespace: p.Namespace, Name: p.Name, CIDR: r.String(), Pool: p.Spec.ParentRef, State: "Unknown", Holds: holds}
+			h := Holder{Kind: "SubnetPool", Namespace: p.Namespace, Name: p.Name, CIDR: r.String(), State: "Unknown", Holds: holds}
+			if ref := p.Spec.ParentRef; ref != nil {
+				h.Pool = shortRef(p.Namespace, *ref)
+			}
 			if c := meta.FindStatusCondition(p.Status.Conditions, ipamv1.ConditionReady); c != nil {
 				h.State = "Ready=" + string(c.Status)
 				h.Holds = holds && c.Status == "True"
@@ -281,7 +285,7 @@ func WhoHas(ctx context.Context, c client.Reader, namespace string, query netip.
 			cidr, holds = s.Spec.CIDR, false
 		}
 		if r, err := ipspace.ParsePrefix(cidr); err == nil && r.Overlaps(query) {
-			h := Holder{Kind: "Subnet", Namespace: s.Namespace, Name: s.Name, CIDR: r.String(), Pool: s.Spec.PoolRef, State: "Pending", Holds: holds}
+			h := Holder{Kind: "Subnet", Namespace: s.Namespace, Name: s.Name, CIDR: r.String(), Pool: shortRef(s.Namespace, s.Spec.PoolRef), State: "Pending", Holds: holds}
 			if c := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); c != nil {
 				h.State = c.Reason
 			}
@@ -306,4 +310,13 @@ func ParseQuery(arg string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("%q is neither an IP address nor a CIDR: %w", arg, err)
 	}
 	return p, nil
+}
+
+// shortRef spells a reference made from namespace: the pool's name when it
+// is in that namespace, else namespace/name.
+func shortRef(namespace string, ref ipamv1.PoolReference) string {
+	if ref.In(namespace) == namespace {
+		return ref.Name
+	}
+	return ref.Namespace + "/" + ref.Name
 }

@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
@@ -80,6 +80,9 @@ func (b *book) decideSubnet(c *claim) (Decision, []claimID) {
 	}
 	if c.invalidSpec {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec, Message: "spec.cidr is not a canonical CIDR; delete the Subnet and create it with a valid one"}, nil
+	}
+	if d, ok := notAllowed(c); !ok {
+		return d, nil
 	}
 	s := b.slots[c.pool]
 	if d, ok := b.poolUnusable(s, c.pool); !ok {
@@ -155,6 +158,9 @@ func (b *book) decidePool(s *slot) (Decision, []claimID) {
 		return Decision{Reason: ipamv1.ReasonCycle, CIDR: granted, Message: "parentRef chain leads back to this pool: " + chain}, nil
 	}
 	c := b.claim(s.self)
+	if d, ok := notAllowed(c); !ok && !c.holds().IsValid() {
+		return d, nil
+	}
 	parent := b.slots[p.parent]
 	if d, ok := b.poolUnusable(parent, p.parent); !ok {
 		d.CIDR = c.holds()
@@ -174,6 +180,19 @@ func (b *book) decidePool(s *slot) (Decision, []claimID) {
 		d.Message = fmt.Sprintf("cannot change to %s: %s; still serving %s", c.requested, d.Message, held)
 	}
 	return d, wake
+}
+
+// notAllowed refuses a claim on a pool in another namespace: until pools
+// say which namespaces may claim from them (docs/design/tenancy.md), every
+// pool allows only its own. Admission refuses such references first; this
+// holds when it was bypassed. A range already held is never taken away, so
+// callers ask only for claims that hold nothing.
+func notAllowed(c *claim) (Decision, bool) {
+	if from, pool := c.id.namespace(), c.pool.namespace(); from != pool {
+		return Decision{Reason: ipamv1.ReasonNotAllowed, Message: fmt.Sprintf(
+			"SubnetPool %s allows claims only from its own namespace %s, not from %s: references across namespaces are not served yet", c.pool, pool, from)}, false
+	}
+	return Decision{}, true
 }
 
 // serving is the decision for a pool that serves (or, a child pool, was

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	toolscache "k8s.io/client-go/tools/cache"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
@@ -109,7 +109,7 @@ func (l *Ledger) applySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 	} else if old == nil && prev.pool != facts.pool {
 		// The feed has no old object: say where the claim was (only a
 		// bypassed schema moves a Subnet), for the pool it left.
-		old = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}, Spec: ipamv1.SubnetSpec{PoolRef: prev.pool.name()}}
+		old = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}, Spec: ipamv1.SubnetSpec{PoolRef: prev.pool.reference()}}
 	}
 	asBefore := known && heldAsBefore(prev, facts)
 	released := b.upsertClaim(facts)

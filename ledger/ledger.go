@@ -30,7 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
@@ -94,6 +94,11 @@ func (id claimID) ref() statuscalc.ClaimRef {
 type poolID string
 
 func poolIDOf(namespace, name string) poolID { return poolID(namespace + "/" + name) }
+
+// reference is the pool's reference as a Subnet or child pool spells it.
+func (id poolID) reference() ipamv1.PoolReference {
+	return ipamv1.PoolReference{Namespace: id.namespace(), Name: id.name()}
+}
 
 func (id poolID) namespace() string {
 	ns, _, _ := strings.Cut(string(id), "/")
@@ -461,7 +466,7 @@ func (b *book) childSlot(c *claim) *slot {
 func subnetFacts(s *ipamv1.Subnet) *claim {
 	c := &claim{
 		id:           idOf(s.Namespace, SubnetKey(s.Name)),
-		pool:         poolIDOf(s.Namespace, s.Spec.PoolRef),
+		pool:         poolIDOf(s.Spec.PoolRef.In(s.Namespace), s.Spec.PoolRef.Name),
 		uid:          s.UID,
 		rv:           s.ResourceVersion,
 		created:      s.CreationTimestamp.Time,
@@ -509,10 +514,10 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 	}
 	pl.spec, _ = ipspace.ParsePrefix(p.Spec.CIDR)
 	pl.statusCIDR, _ = ipspace.ParsePrefix(p.Status.CIDR)
-	if p.Spec.ParentRef == "" {
+	if p.Spec.ParentRef == nil {
 		return pl, nil
 	}
-	pl.parent = poolIDOf(p.Namespace, p.Spec.ParentRef)
+	pl.parent = poolIDOf(p.Spec.ParentRef.In(p.Namespace), p.Spec.ParentRef.Name)
 	c := &claim{
 		id:           pl.id.claimID(),
 		pool:         pl.parent,

@@ -13,7 +13,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
@@ -35,15 +35,15 @@ func rootPool(name, cidr string, defaultLen int32) *ipamv1.SubnetPool {
 }
 
 func childPool(name, parent, cidr string, age int) *ipamv1.SubnetPool {
-	return &ipamv1.SubnetPool{ObjectMeta: objMeta(name, age), Spec: ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: parent}}
+	return &ipamv1.SubnetPool{ObjectMeta: objMeta(name, age), Spec: ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: parentRef(parent)}}
 }
 
 func explicit(name, pool, cidr string, age int) *ipamv1.Subnet {
-	return &ipamv1.Subnet{ObjectMeta: objMeta(name, age), Spec: ipamv1.SubnetSpec{PoolRef: pool, CIDR: cidr}}
+	return &ipamv1.Subnet{ObjectMeta: objMeta(name, age), Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}, CIDR: cidr}}
 }
 
 func dynamic(name, pool string, length int32, age int) *ipamv1.Subnet {
-	return &ipamv1.Subnet{ObjectMeta: objMeta(name, age), Spec: ipamv1.SubnetSpec{PoolRef: pool, PrefixLength: ptr.To(length)}}
+	return &ipamv1.Subnet{ObjectMeta: objMeta(name, age), Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}, PrefixLength: ptr.To(length)}}
 }
 
 // ready returns s as the API shows it after the arbiter's status write.
@@ -255,7 +255,7 @@ func TestOutOfRangeAndBounds(t *testing.T) {
 		{explicit("too-big", "p", "10.0.32.0/19", 0), "10.0.32.0/19: prefix length 19 is shorter than minPrefixLength 20 of SubnetPool team-a/p: use 20 to 28"},
 		{dynamic("too-small", "p", 30, 0), "prefix length 30 is longer than maxPrefixLength 28 of SubnetPool team-a/p: use 20 to 28"},
 		{dynamic("too-short", "p", 8, 0), "prefix length 8 does not fit SubnetPool team-a/p (10.0.0.0/16): use 20 to 28"},
-		{&ipamv1.Subnet{ObjectMeta: objMeta("no-length", 0), Spec: ipamv1.SubnetSpec{PoolRef: "p"}},
+		{&ipamv1.Subnet{ObjectMeta: objMeta("no-length", 0), Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "p"}}},
 			"the Subnet sets neither cidr nor prefixLength and SubnetPool team-a/p has no defaultPrefixLength"},
 	}
 	for _, tt := range tests {
@@ -516,4 +516,13 @@ func TestHeldAsBefore(t *testing.T) {
 			t.Errorf("%s: HeldAsBefore %v, want %v", step.name, got, step.want)
 		}
 	}
+}
+
+// parentRef references the parent pool name in the pool's own namespace;
+// none for "".
+func parentRef(name string) *ipamv1.PoolReference {
+	if name == "" {
+		return nil
+	}
+	return &ipamv1.PoolReference{Name: name}
 }

@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
@@ -137,12 +137,44 @@ func TestReadySubnetsEveryNamespace(t *testing.T) {
 			t.Fatalf("%s/s: %+v", n, d)
 		}
 		l.ApplySubnet(ready(s, d.CIDR.String()), Updated, nil)
-		want = append(want, ReadySubnet{Namespace: n, Name: "s", UID: s.UID, Pool: "p", CIDR: d.CIDR})
+		want = append(want, ReadySubnet{Namespace: n, Name: "s", UID: s.UID, Pool: ipamv1.PoolReference{Namespace: n, Name: "p"}, CIDR: d.CIDR})
 		// One that holds nothing is not listed.
 		l.ApplySubnet(moveSubnet(dynamic("pending", "p", 26, i), n), Created, nil)
 	}
 	got := slices.SortedFunc(l.ReadySubnets(), func(a, b ReadySubnet) int { return strings.Compare(a.Namespace, b.Namespace) })
 	if !slices.Equal(got, want) {
 		t.Errorf("ReadySubnets:\n got %v\nwant %v", got, want)
+	}
+}
+
+// A claim on a pool in another namespace (admission was bypassed) is not
+// granted, whether a Subnet's or a child pool's: until pools say who may
+// claim from them, each allows only its own namespace. A claim in the
+// pool's namespace with the namespace written out is an ordinary claim.
+func TestClaimsAcrossNamespacesAreNotAllowed(t *testing.T) {
+	l := New()
+	l.MarkSynced()
+	l.ApplyPool(movePool(rootPool("corp", "10.0.0.0/16", 24), "netops"), Created, nil)
+
+	across := moveSubnet(dynamic("web", "corp", 24, 1), "team-a")
+	across.Spec.PoolRef.Namespace = "netops"
+	l.ApplySubnet(across, Created, nil)
+	d, ok := l.DecideSubnet("team-a", "web", across.UID)
+	want := "SubnetPool netops/corp allows claims only from its own namespace netops, not from team-a: references across namespaces are not served yet"
+	if !ok || d.Reason != ipamv1.ReasonNotAllowed || d.Message != want || d.CIDR.IsValid() {
+		t.Fatalf("Subnet across namespaces: %+v", d)
+	}
+	child := movePool(childPool("team", "corp", "10.0.1.0/24", 1), "team-a")
+	child.Spec.ParentRef.Namespace = "netops"
+	l.ApplyPool(child, Created, nil)
+	if d, _ := l.DecidePool("team-a", "team", child.UID); d.Reason != ipamv1.ReasonNotAllowed || d.CIDR.IsValid() {
+		t.Fatalf("child pool across namespaces: %+v", d)
+	}
+
+	beside := moveSubnet(dynamic("db", "corp", 24, 2), "netops")
+	beside.Spec.PoolRef.Namespace = "netops"
+	l.ApplySubnet(beside, Created, nil)
+	if d, _ := l.DecideSubnet("netops", "db", beside.UID); !d.Ready() || d.CIDR.String() != "10.0.0.0/24" {
+		t.Fatalf("Subnet beside its pool: %+v", d)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
@@ -396,8 +396,8 @@ func (l *Ledger) Subnet(namespace, name string) (*ipamv1.Subnet, bool) {
 type ReadySubnet struct {
 	Namespace, Name string
 	UID             types.UID
-	Pool            string       // spec.poolRef
-	CIDR            netip.Prefix // status.cidr
+	Pool            ipamv1.PoolReference // spec.poolRef, with its namespace
+	CIDR            netip.Prefix         // status.cidr
 }
 
 // ReadySubnets yields every Subnet whose stored status says it holds a
@@ -427,7 +427,7 @@ func (l *Ledger) ReadySubnets() iter.Seq[ReadySubnet] {
 						continue
 					}
 					if cidr, ok := c.shownCIDR(); ok {
-						batch = append(batch, ReadySubnet{Namespace: id.namespace(), Name: key.Name(), UID: c.uid, Pool: pool.name(), CIDR: cidr})
+						batch = append(batch, ReadySubnet{Namespace: id.namespace(), Name: key.Name(), UID: c.uid, Pool: pool.reference(), CIDR: cidr})
 					}
 				}
 			}
@@ -466,7 +466,7 @@ func (c *claim) subnet() *ipamv1.Subnet {
 			Namespace: c.id.namespace(), Name: c.key().Name(), UID: c.uid, ResourceVersion: c.rv,
 			Generation: c.generation, CreationTimestamp: metav1.NewTime(c.created),
 		},
-		Spec: ipamv1.SubnetSpec{PoolRef: c.pool.name()},
+		Spec: ipamv1.SubnetSpec{PoolRef: c.pool.reference()},
 	}
 	if c.deleting {
 		// When is not recorded; nothing reads it.

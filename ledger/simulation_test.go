@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
@@ -98,7 +98,7 @@ func newSimReplica(name string) *simReplica {
 			if e.Type != Deleted {
 				r.subnetWork[s.Name] = true
 			}
-			r.pool[s.Spec.PoolRef] = true
+			r.pool[s.Spec.PoolRef.Name] = true
 		case statuscalc.KindSubnetPool:
 			p := e.Object.(*ipamv1.SubnetPool)
 			old, _ := e.OldObject.(*ipamv1.SubnetPool)
@@ -106,8 +106,8 @@ func newSimReplica(name string) *simReplica {
 			if changed || !equality.Semantic.DeepEqual(old.Status, p.Status) {
 				r.pool[p.Name] = true
 			}
-			if p.Spec.ParentRef != "" && (changed || old.Status.CIDR != p.Status.CIDR) {
-				r.pool[p.Spec.ParentRef] = true
+			if p.Spec.ParentRef != nil && (changed || old.Status.CIDR != p.Status.CIDR) {
+				r.pool[p.Spec.ParentRef.Name] = true
 			}
 		}
 	})
@@ -212,7 +212,7 @@ func (s *simulation) createSubnet() {
 	if s.rng.IntN(3) == 0 {
 		pool = "c"
 	}
-	sub := &ipamv1.Subnet{ObjectMeta: s.objectMeta(name), Spec: ipamv1.SubnetSpec{PoolRef: pool}}
+	sub := &ipamv1.Subnet{ObjectMeta: s.objectMeta(name), Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}}}
 	if s.rng.IntN(2) == 0 {
 		sub.Spec.CIDR = simExplicitRanges[s.rng.IntN(len(simExplicitRanges))]
 	} else {
@@ -283,7 +283,7 @@ func (s *simulation) reconcilePool(name string) {
 	if api != nil && api.UID == cached.UID && cached.DeletionTimestamp != nil {
 		if _, subnets, children := s.leader.l.Users(ns, name, 0); subnets+children == 0 {
 			for _, c := range s.leader.subnets { // the cache's index agrees
-				if c.Spec.PoolRef == name {
+				if c.Spec.PoolRef.Name == name {
 					return
 				}
 			}
@@ -345,7 +345,7 @@ func (s *simulation) childOperation() {
 	api := s.pools["c"]
 	switch {
 	case api == nil:
-		c := &ipamv1.SubnetPool{ObjectMeta: s.objectMeta("c"), Spec: ipamv1.SubnetPoolSpec{ParentRef: "p",
+		c := &ipamv1.SubnetPool{ObjectMeta: s.objectMeta("c"), Spec: ipamv1.SubnetPoolSpec{ParentRef: &ipamv1.PoolReference{Name: "p"},
 			CIDR: simChildRanges[s.rng.IntN(len(simChildRanges))], DefaultPrefixLength: ptr.To[int32](26)}}
 		s.pools["c"] = c
 		s.logf("create child pool c cidr=%s uid=%s", c.Spec.CIDR, c.UID)
@@ -492,7 +492,7 @@ func (s *simulation) heldRanges() []simHeld {
 	var out []simHeld
 	for _, sub := range s.subnets {
 		if meta.IsStatusConditionTrue(sub.Status.Conditions, ipamv1.ConditionReady) && sub.Status.CIDR != "" {
-			out = append(out, simHeld{"Subnet/" + sub.Name, sub.Spec.PoolRef, netip.MustParsePrefix(sub.Status.CIDR)})
+			out = append(out, simHeld{"Subnet/" + sub.Name, sub.Spec.PoolRef.Name, netip.MustParsePrefix(sub.Status.CIDR)})
 		}
 	}
 	if c := s.pools["c"]; c != nil && c.Status.CIDR != "" {
@@ -535,10 +535,10 @@ func (s *simulation) serving(name string) (netip.Prefix, []netip.Prefix, int, bo
 	for _, r := range p.Spec.Reserved {
 		reserved = append(reserved, netip.MustParsePrefix(r))
 	}
-	if p.Spec.ParentRef == "" {
+	if p.Spec.ParentRef == nil {
 		return netip.MustParsePrefix(p.Spec.CIDR), reserved, int(*p.Spec.DefaultPrefixLength), true
 	}
-	if parent := s.pools[p.Spec.ParentRef]; p.Status.CIDR == "" || parent == nil || parent.DeletionTimestamp != nil {
+	if parent := s.pools[p.Spec.ParentRef.Name]; p.Status.CIDR == "" || parent == nil || parent.DeletionTimestamp != nil {
 		return netip.Prefix{}, nil, 0, false
 	}
 	return netip.MustParsePrefix(p.Status.CIDR), reserved, int(*p.Spec.DefaultPrefixLength), true
@@ -551,7 +551,7 @@ func (s *simulation) stuck() string {
 		if meta.IsStatusConditionTrue(sub.Status.Conditions, ipamv1.ConditionReady) {
 			continue
 		}
-		serving, reserved, def, ok := s.serving(sub.Spec.PoolRef)
+		serving, reserved, def, ok := s.serving(sub.Spec.PoolRef.Name)
 		if !ok {
 			continue
 		}
@@ -561,7 +561,7 @@ func (s *simulation) stuck() string {
 			b.RemovePrefix(r)
 		}
 		for _, h := range held {
-			if sub.Spec.PoolRef != "c" || h.who != "SubnetPool/c" {
+			if sub.Spec.PoolRef.Name != "c" || h.who != "SubnetPool/c" {
 				b.RemovePrefix(h.p)
 			}
 		}
@@ -572,14 +572,14 @@ func (s *simulation) stuck() string {
 		}
 		if sub.Spec.CIDR != "" {
 			if req := netip.MustParsePrefix(sub.Spec.CIDR); statuscalc.Contains(serving, req) && free.ContainsPrefix(req) {
-				return fmt.Sprintf("Subnet %s waits for %s in %s (%s), which is free [%s]", sub.Name, req, sub.Spec.PoolRef, serving, why)
+				return fmt.Sprintf("Subnet %s waits for %s in %s (%s), which is free [%s]", sub.Name, req, sub.Spec.PoolRef.Name, serving, why)
 			}
 			continue
 		}
 		length := int(ptr.Deref(sub.Spec.PrefixLength, int32(def)))
 		for _, f := range free.Prefixes() {
 			if f.Bits() <= length {
-				return fmt.Sprintf("Subnet %s waits for a /%d in %s (%s); %s is free [%s]", sub.Name, length, sub.Spec.PoolRef, serving, f, why)
+				return fmt.Sprintf("Subnet %s waits for a /%d in %s (%s); %s is free [%s]", sub.Name, length, sub.Spec.PoolRef.Name, serving, f, why)
 			}
 		}
 	}

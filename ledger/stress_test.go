@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // TestConcurrentArbitration drives the ledger as the manager does, with the

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
@@ -124,7 +124,7 @@ func TestSubnetViewIsTheObjectAsDelivered(t *testing.T) {
 		t.Fatal("unknown")
 	}
 	if got.UID != s.UID || got.ResourceVersion != "7" || got.Generation != 3 || got.DeletionTimestamp == nil ||
-		!got.CreationTimestamp.Equal(&s.CreationTimestamp) || got.Spec.PoolRef != "p" || got.Spec.CIDR != "10.0.4.0/24" {
+		!got.CreationTimestamp.Equal(&s.CreationTimestamp) || got.Spec.PoolRef.Name != "p" || got.Spec.CIDR != "10.0.4.0/24" {
 		t.Errorf("view %+v", got)
 	}
 	if !equality.Semantic.DeepEqual(got.Status, s.Status) {
@@ -179,7 +179,7 @@ func TestSubnetViewKeepsEveryStatusExactly(t *testing.T) {
 			// The auditor's view says the same, from the facts alone.
 			var want []ReadySubnet
 			if meta.IsStatusConditionTrue(st.Conditions, ipamv1.ConditionReady) && st.CIDR != "" {
-				want = []ReadySubnet{{Namespace: ns, Name: "web", UID: s.UID, Pool: "p", CIDR: netip.MustParsePrefix(st.CIDR)}}
+				want = []ReadySubnet{{Namespace: ns, Name: "web", UID: s.UID, Pool: ipamv1.PoolReference{Namespace: ns, Name: "p"}, CIDR: netip.MustParsePrefix(st.CIDR)}}
 			}
 			if diff := cmp.Diff(want, slices.Collect(l.ReadySubnets()), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 				t.Errorf("ReadySubnets (-want +got):\n%s", diff)
@@ -215,7 +215,7 @@ func TestSubnetListIsPaged(t *testing.T) {
 	}
 	// What the ledger never reads is dropped as the list arrives.
 	items := list.(*ipamv1.SubnetList).Items
-	if len(items) != 1 || items[0].Labels != nil || items[0].Annotations != nil || items[0].ManagedFields != nil || items[0].Spec.PoolRef != "p" {
+	if len(items) != 1 || items[0].Labels != nil || items[0].Annotations != nil || items[0].ManagedFields != nil || items[0].Spec.PoolRef.Name != "p" {
 		t.Errorf("listed %+v; want web, trimmed of labels, annotations and managed fields", items)
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
@@ -145,15 +145,15 @@ func Check(subnets iter.Seq[ledger.ReadySubnet], pools []ipamv1.SubnetPool) []Fi
 	for i := range pools {
 		p := &pools[i]
 		poolsByKey[poolKey{p.Namespace, p.Name}] = p
-		if p.Spec.ParentRef != "" && p.Status.CIDR != "" {
+		if p.Spec.ParentRef != nil && p.Status.CIDR != "" {
 			if r, err := ipspace.ParsePrefix(p.Status.CIDR); err == nil {
-				k := poolKey{p.Namespace, p.Spec.ParentRef}
+				k := poolKey{p.Spec.ParentRef.In(p.Namespace), p.Spec.ParentRef.Name}
 				byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnetPool, p.Name, p.UID})
 			}
 		}
 	}
 	for s := range subnets {
-		k := poolKey{s.Namespace, s.Pool}
+		k := poolKey{s.Pool.Namespace, s.Pool.Name}
 		byPool[k] = append(byPool[k], held{s.CIDR, statuscalc.KindSubnet, s.Name, s.UID})
 	}
 

@@ -8,19 +8,19 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
 func readySubnet(ns, name, pool, cidr string) ledger.ReadySubnet {
-	return ledger.ReadySubnet{Namespace: ns, Name: name, Pool: pool, CIDR: netip.MustParsePrefix(cidr)}
+	return ledger.ReadySubnet{Namespace: ns, Name: name, Pool: ipamv1.PoolReference{Namespace: ns, Name: pool}, CIDR: netip.MustParsePrefix(cidr)}
 }
 
 func TestAuditCheck(t *testing.T) {
 	pool := ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p"},
 		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/16", Reserved: []string{"10.0.127.0/24"}}, Status: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16"}}
 	granted := ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "child"},
-		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.128.0/17", ParentRef: "p"}, Status: ipamv1.SubnetPoolStatus{CIDR: "10.0.128.0/17"}}
+		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.128.0/17", ParentRef: &ipamv1.PoolReference{Name: "p"}}, Status: ipamv1.SubnetPoolStatus{CIDR: "10.0.128.0/17"}}
 	subnets := []ledger.ReadySubnet{
 		readySubnet("a", "big", "p", "10.0.0.0/22"),
 		readySubnet("a", "inside-big", "p", "10.0.2.0/24"), // overlaps big

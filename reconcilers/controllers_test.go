@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
@@ -52,7 +52,7 @@ func newFixture(t *testing.T, funcs interceptor.Funcs) *fixture {
 	}
 	sub := &ipamv1.Subnet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", UID: "uid-web", CreationTimestamp: created, Generation: 1},
-		Spec:       ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)},
+		Spec:       ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26)},
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).
 		WithObjects(pool.DeepCopy(), sub.DeepCopy()).
@@ -60,7 +60,7 @@ func newFixture(t *testing.T, funcs interceptor.Funcs) *fixture {
 		// The API server's selectable field, which the fake client serves
 		// as an index.
 		WithIndex(&ipamv1.Subnet{}, FieldSubnetPoolRef, func(o client.Object) []string {
-			return []string{o.(*ipamv1.Subnet).Spec.PoolRef}
+			return []string{o.(*ipamv1.Subnet).Spec.PoolRef.Name}
 		}).
 		WithIndex(&ipamv1.SubnetPool{}, IndexPoolParentRef, poolParentRef).
 		WithInterceptorFuncs(funcs).
@@ -200,7 +200,7 @@ func TestSubnetGrantNeverLandsOnARecreatedSubnet(t *testing.T) {
 					return err
 				}
 				s = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", UID: "uid-web-2"},
-					Spec: ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)}}
+					Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26)}}
 				if err := c.Create(ctx, s); err != nil {
 					return err
 				}

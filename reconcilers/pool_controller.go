@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
@@ -139,13 +139,16 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 	}
 	// The ledger says nothing uses it; confirm before the irreversible
 	// step: Subnets with the API server (they are not cached), child pools
-	// with the cache's index.
+	// with the cache's index. Subnets are asked for in the pool's namespace
+	// only: a selectable field cannot fall back to the Subnet's own
+	// namespace, and references from other namespaces are not granted yet
+	// (docs/design/tenancy.md, step 3).
 	var subnets ipamv1.SubnetList
 	if err := r.APIReader.List(ctx, &subnets, client.InNamespace(p.Namespace), client.MatchingFields{FieldSubnetPoolRef: p.Name}, client.Limit(1)); err != nil {
 		return false, err
 	}
 	var children ipamv1.SubnetPoolList
-	if err := r.Client.List(ctx, &children, client.InNamespace(p.Namespace), client.MatchingFields{IndexPoolParentRef: p.Name}, client.Limit(1)); err != nil {
+	if err := r.Client.List(ctx, &children, client.MatchingFields{IndexPoolParentRef: ParentKey(p.Namespace, p.Name)}, client.Limit(1)); err != nil {
 		return false, err
 	}
 	if len(subnets.Items)+len(children.Items) > 0 {

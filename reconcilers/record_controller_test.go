@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
@@ -82,7 +82,7 @@ func TestRecorderNeverRecordsOnARecreatedSubnet(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", UID: "uid-web-2"},
-		Spec: ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)}}
+		Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26)}}
 	if err := f.client.Create(ctx, second); err != nil {
 		t.Fatal(err)
 	}
@@ -136,20 +136,20 @@ func TestNeedsRecord(t *testing.T) {
 	granted := func(spec ipamv1.SubnetSpec) *ipamv1.Subnet {
 		return &ipamv1.Subnet{Spec: spec, Status: ipamv1.SubnetStatus{CIDR: "10.0.0.0/26", Conditions: ready}}
 	}
-	deleting := granted(ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)})
+	deleting := granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26)})
 	deleting.DeletionTimestamp = &metav1.Time{}
 	for _, tt := range []struct {
 		name string
 		s    *ipamv1.Subnet
 		want bool
 	}{
-		{"a granted prefixLength claim", granted(ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)}), true},
-		{"already recorded", granted(ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26), CIDR: "10.0.0.0/26"}), false},
-		{"an explicit claim", granted(ipamv1.SubnetSpec{PoolRef: "dc", CIDR: "10.0.0.0/26"}), false},
+		{"a granted prefixLength claim", granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26)}), true},
+		{"already recorded", granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26), CIDR: "10.0.0.0/26"}), false},
+		{"an explicit claim", granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, CIDR: "10.0.0.0/26"}), false},
 		// Created before its pool: with only spec.cidr it would read as
 		// an explicit claim, and a replace from Git would be refused.
-		{"neither field named", granted(ipamv1.SubnetSpec{PoolRef: "dc"}), false},
-		{"not granted", &ipamv1.Subnet{Spec: ipamv1.SubnetSpec{PoolRef: "dc", PrefixLength: ptr.To[int32](26)}}, false},
+		{"neither field named", granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}}), false},
+		{"not granted", &ipamv1.Subnet{Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26)}}, false},
 		{"being deleted", deleting, false},
 	} {
 		if got := needsRecord(tt.s); got != tt.want {

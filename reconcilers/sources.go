@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
@@ -125,25 +125,25 @@ func unwrapObject[T any](obj any) (T, bool) {
 }
 
 // subnetToPool is the parent-requeue mapper of the seed design (§9): a
-// Subnet's create, update or delete requeues the pool it claims from,
-// always with the Subnet's namespace. It returns nothing for a Subnet
-// without a poolRef (only possible with the schema bypassed) and handles
-// tombstones.
+// Subnet's create, update or delete requeues the pool it claims from, in
+// the pool's namespace (the reference's, else the Subnet's own). It returns
+// nothing for a Subnet without a poolRef (only possible with the schema
+// bypassed) and handles tombstones.
 func subnetToPool(obj any) []reconcile.Request {
 	s, ok := unwrapObject[*ipamv1.Subnet](obj)
-	if !ok || s == nil || s.Spec.PoolRef == "" || s.Namespace == "" {
+	if !ok || s == nil || s.Spec.PoolRef.Name == "" || s.Namespace == "" {
 		return nil
 	}
-	return []reconcile.Request{request(s.Namespace, s.Spec.PoolRef)}
+	return []reconcile.Request{request(s.Spec.PoolRef.In(s.Namespace), s.Spec.PoolRef.Name)}
 }
 
 // childToParent requeues the parent of a child pool.
 func childToParent(obj any) []reconcile.Request {
 	p, ok := unwrapObject[*ipamv1.SubnetPool](obj)
-	if !ok || p == nil || p.Spec.ParentRef == "" || p.Namespace == "" {
+	if !ok || p == nil || p.Spec.ParentRef == nil || p.Spec.ParentRef.Name == "" || p.Namespace == "" {
 		return nil
 	}
-	return []reconcile.Request{request(p.Namespace, p.Spec.ParentRef)}
+	return []reconcile.Request{request(p.Spec.ParentRef.In(p.Namespace), p.Spec.ParentRef.Name)}
 }
 
 // subnetEvents maps ledger events to the SubnetReconciler's requests: every

@@ -16,17 +16,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
 func subnet(ns, name, pool string) *ipamv1.Subnet {
-	return &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: pool}}
+	return &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}}}
 }
 
 func childPool(ns, name, parent string) *ipamv1.SubnetPool {
-	return &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1}, Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/24", ParentRef: parent}}
+	return &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1}, Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/24", ParentRef: parentRef(parent)}}
 }
 
 // The seed design's mapper test outline (§9).
@@ -265,4 +265,13 @@ func TestInitialRequestsGoBehindEvents(t *testing.T) {
 	if first.Name != "new" || second != backlog || priority != handler.LowPriority {
 		t.Errorf("got %s then %s (priority %d); want the event's request first, the backlog after at low priority", first, second, priority)
 	}
+}
+
+// parentRef references the parent pool name in the pool's own namespace;
+// none for "".
+func parentRef(name string) *ipamv1.PoolReference {
+	if name == "" {
+		return nil
+	}
+	return &ipamv1.PoolReference{Name: name}
 }

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
@@ -261,7 +261,7 @@ func (r *SubnetReconciler) recordTransition(ctx context.Context, before, after *
 		arbitrationConflicts.Inc()
 		log.Info("Subnet lost arbitration", "subnet", client.ObjectKeyFromObject(after), "winner", d.Winner.String())
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, d.Reason, "Arbitrate", "%s", d.Message)
-	case ipamv1.ReasonPoolExhausted, ipamv1.ReasonOutOfRange, ipamv1.ReasonInvalidSpec:
+	case ipamv1.ReasonPoolExhausted, ipamv1.ReasonOutOfRange, ipamv1.ReasonInvalidSpec, ipamv1.ReasonNotAllowed:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, d.Reason, "Allocate", "%s", d.Message)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -28,7 +28,7 @@ func pool(cidr string, defaultLength *int32, reserved ...string) *ipamv1.SubnetP
 func subnet(name string, age int, requested, held string) ipamv1.Subnet {
 	s := ipamv1.Subnet{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))},
-		Spec:       ipamv1.SubnetSpec{PoolRef: "p", CIDR: requested},
+		Spec:       ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "p"}, CIDR: requested},
 	}
 	if requested == "" {
 		s.Spec.PrefixLength = ptr.To[int32](24)
@@ -43,7 +43,7 @@ func subnet(name string, age int, requested, held string) ipamv1.Subnet {
 func child(name string, age int, cidr, held string) ipamv1.SubnetPool {
 	return ipamv1.SubnetPool{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))},
-		Spec:       ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: "p"},
+		Spec:       ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: &ipamv1.PoolReference{Name: "p"}},
 		Status:     ipamv1.SubnetPoolStatus{CIDR: held},
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 )
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // BenchmarkValidatingHandler measures the validating webhook's HTTP handler
@@ -77,8 +77,8 @@ func reviewBody(b *testing.B, s *ipamv1.Subnet) []byte {
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
 			UID: "bench", Operation: admissionv1.Create, Namespace: s.Namespace, Name: s.Name,
-			Kind:     metav1.GroupVersionKind{Group: "ipam.subnet-operator.io", Version: "v1alpha1", Kind: "Subnet"},
-			Resource: metav1.GroupVersionResource{Group: "ipam.subnet-operator.io", Version: "v1alpha1", Resource: "subnets"},
+			Kind:     metav1.GroupVersionKind{Group: "ipam.subnet-operator.io", Version: "v1alpha2", Kind: "Subnet"},
+			Resource: metav1.GroupVersionResource{Group: "ipam.subnet-operator.io", Version: "v1alpha2", Resource: "subnets"},
 			Object:   runtime.RawExtension{Raw: raw},
 		},
 	})

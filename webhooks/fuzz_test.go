@@ -8,7 +8,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/utils/ptr"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // fuzzWorld: an IPv4 pool with bounds and a reserved range and two claims,
@@ -68,13 +68,13 @@ func FuzzSubnetAdmission(f *testing.F) {
 
 func checkAdmitted(t *testing.T, w *world, s *ipamv1.Subnet) {
 	t.Helper()
-	if strings.TrimSpace(s.Spec.PoolRef) == "" {
+	if strings.TrimSpace(s.Spec.PoolRef.Name) == "" {
 		t.Fatalf("admitted without a poolRef: %+v", s.Spec)
 	}
 	if s.Spec.CIDR != "" && s.Spec.PrefixLength != nil {
 		t.Fatalf("admitted with cidr and prefixLength: %+v", s.Spec)
 	}
-	pool, poolExists := w.ledger.Pool(ns, s.Spec.PoolRef)
+	pool, poolExists := w.ledger.Pool(ns, s.Spec.PoolRef.Name)
 	if s.Spec.CIDR != "" {
 		p, err := netip.ParsePrefix(s.Spec.CIDR)
 		if err != nil || p != p.Masked() || p.String() != s.Spec.CIDR || p.Addr().Is4In6() {
@@ -91,7 +91,7 @@ func checkAdmitted(t *testing.T, w *world, s *ipamv1.Subnet) {
 				t.Fatalf("admitted %s on reserved range %s", p, r)
 			}
 		}
-		for _, c := range fuzzClaims[s.Spec.PoolRef] {
+		for _, c := range fuzzClaims[s.Spec.PoolRef.Name] {
 			if c.Overlaps(p) {
 				t.Fatalf("admitted %s over claim %s", p, c)
 			}

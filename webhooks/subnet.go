@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
@@ -27,8 +27,8 @@ import (
 // the one update it has something to do for (an update that leaves out the
 // recorded spec.cidr: see Default). config/webhook adds matchConditions, so
 // the API server calls either webhook only when its answer can matter.
-// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha1,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create,versions=v1alpha1,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha2-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha2,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha2-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create,versions=v1alpha2,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
 
 var subnetGK = ipamv1.GroupVersion.WithKind("Subnet").GroupKind()
 
@@ -45,14 +45,15 @@ var _ admission.Defaulter[*ipamv1.Subnet] = &SubnetDefaulter{}
 // Default implements admission.Defaulter. The spec is defaulted on create.
 // It is immutable afterwards, so an update (a label, a finalizer) leaves it
 // as stored, even text stored in a non-canonical form while the webhook was
-// bypassed, with one exception: an update that leaves out the range the
-// controller recorded in spec.cidr of a prefixLength claim (kubectl replace
-// or a GitOps tool's replace with the manifest from Git) keeps it, as the
-// API server keeps a Service's allocated clusterIP. The webhook
-// configuration sends only such updates.
+// bypassed, with two exceptions, for an update with the manifest from Git
+// (kubectl replace, a GitOps tool's replace or apply): one that leaves out
+// the range the controller recorded in spec.cidr of a prefixLength claim
+// keeps it, as the API server keeps a Service's allocated clusterIP, and
+// one that leaves out spec.poolRef.namespace keeps the stored one. The
+// webhook configuration sends only such updates.
 func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 	if operation(ctx) == "UPDATE" {
-		keepRecordedRange(ctx, s)
+		keepDefaulted(ctx, s)
 		return nil
 	}
 	if operation(ctx) != "CREATE" {
@@ -66,10 +67,14 @@ func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 			s.Spec.CIDR = canonical
 		}
 	}
+	// A reference without a namespace is to a pool in the Subnet's own.
+	if s.Spec.PoolRef.Namespace == "" {
+		s.Spec.PoolRef.Namespace = s.Namespace
+	}
 	// The claim is immutable afterwards, even if the pool appears later (the
 	// controller then uses the pool's default).
-	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && s.Spec.PoolRef != "" {
-		if pool, ok := d.Ledger.Pool(s.Namespace, s.Spec.PoolRef); ok && pool.Default >= 0 {
+	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && s.Spec.PoolRef.Name != "" && s.Spec.PoolRef.Namespace == s.Namespace {
+		if pool, ok := d.Ledger.Pool(s.Namespace, s.Spec.PoolRef.Name); ok && pool.Default >= 0 {
 			s.Spec.PrefixLength = ptr.To(int32(pool.Default))
 		}
 	}
@@ -77,27 +82,32 @@ func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 	// here, with the validator's own check and message (which says what
 	// to write instead), rather than leave it to the schema's terser CEL
 	// messages, which remain for when the webhooks are bypassed.
-	if v := validateSubnetSpec(&s.Spec, specPath); len(v.errs) > 0 {
+	if v := validateSubnetSpec(&s.Spec, s.Namespace, specPath); len(v.errs) > 0 {
 		_, err := finish(ctx, statuscalc.KindSubnet, subnetGK, objectName(s.Name, s.GenerateName), v, nil)
 		return err
 	}
 	return nil
 }
 
-// keepRecordedRange copies spec.cidr from the stored object into an update
-// of a prefixLength claim that leaves it out. An update that changes the
-// claim itself is left for the schema to refuse.
-func keepRecordedRange(ctx context.Context, s *ipamv1.Subnet) {
+// keepDefaulted copies from the stored object into an update what the
+// update leaves out and the stored object got after it was written: the
+// range recorded in spec.cidr of a prefixLength claim, and the namespace
+// of spec.poolRef. An update that changes the claim itself is left for the
+// schema to refuse.
+func keepDefaulted(ctx context.Context, s *ipamv1.Subnet) {
 	req, err := admission.RequestFromContext(ctx)
-	if err != nil || s.Spec.CIDR != "" || s.Spec.PrefixLength == nil {
+	if err != nil {
 		return
 	}
 	var old ipamv1.Subnet
 	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
 		return
 	}
-	if old.Spec.CIDR != "" && ptr.Equal(old.Spec.PrefixLength, s.Spec.PrefixLength) {
+	if s.Spec.CIDR == "" && s.Spec.PrefixLength != nil && old.Spec.CIDR != "" && ptr.Equal(old.Spec.PrefixLength, s.Spec.PrefixLength) {
 		s.Spec.CIDR = old.Spec.CIDR
+	}
+	if s.Spec.PoolRef.Namespace == "" && s.Spec.PoolRef.Name == old.Spec.PoolRef.Name {
+		s.Spec.PoolRef.Namespace = old.Spec.PoolRef.Namespace
 	}
 }
 
@@ -148,7 +158,7 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 		res.merge(validateSubnetUpdate(old, s))
 		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
 	}
-	res.merge(validateSubnetSpec(&s.Spec, specPath))
+	res.merge(validateSubnetSpec(&s.Spec, s.Namespace, specPath))
 	if len(res.errs) > 0 {
 		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
 	}
@@ -161,27 +171,29 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 			return internalError(ctx, statuscalc.KindSubnet, err)
 		}
 	}
-	pool, ok := v.Ledger.Pool(s.Namespace, s.Spec.PoolRef)
+	// From here the reference is into the Subnet's own namespace
+	// (validateSubnetSpec refuses the others).
+	pool, ok := v.Ledger.Pool(s.Namespace, s.Spec.PoolRef.Name)
 	if !ok && !explicit {
 		// Maybe it was created a moment ago; look again before warning.
 		if err := v.fresh.await(ctx, s.Namespace, statuscalc.KindSubnetPool); err != nil {
 			return internalError(ctx, statuscalc.KindSubnet, err)
 		}
-		pool, ok = v.Ledger.Pool(s.Namespace, s.Spec.PoolRef)
+		pool, ok = v.Ledger.Pool(s.Namespace, s.Spec.PoolRef.Name)
 	}
 	var warnings admission.Warnings
 	if ok {
 		res.merge(validateSubnetInPool(&s.Spec, pool, s.Namespace, specPath))
 	} else {
 		// GitOps applies in any order: the Subnet waits for its pool.
-		warnings = admission.Warnings{fmt.Sprintf("SubnetPool %s/%s does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created", s.Namespace, s.Spec.PoolRef)}
+		warnings = admission.Warnings{fmt.Sprintf("SubnetPool %s/%s does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created", s.Namespace, s.Spec.PoolRef.Name)}
 	}
 	// An explicit range must not overlap the pool's other claims, including
 	// the ones that wait for a pool that does not exist yet: they claim
 	// their ranges the moment it does.
 	if explicit && len(res.errs) == 0 {
 		p, _ := ipspace.ParseCanonical(s.Spec.CIDR) // validated above
-		if found, total := v.Ledger.Overlapping(s.Namespace, s.Spec.PoolRef, p, ledger.SubnetKey(s.Name), maxNamed); total > 0 {
+		if found, total := v.Ledger.Overlapping(s.Namespace, s.Spec.PoolRef.Name, p, ledger.SubnetKey(s.Name), maxNamed); total > 0 {
 			res.add(reasonOverlap, field.Invalid(specPath.Child("cidr"), s.Spec.CIDR,
 				"overlaps "+describe(found, total)+"; pick a free range, or set spec.prefixLength to have one allocated"))
 		}
@@ -198,7 +210,7 @@ func validateSubnetUpdate(old, s *ipamv1.Subnet) verdict {
 	var v verdict
 	const msg = "is immutable: delete the Subnet and create a new one to claim another range"
 	if s.Spec.PoolRef != old.Spec.PoolRef {
-		v.add(reasonImmutable, field.Invalid(specPath.Child("poolRef"), s.Spec.PoolRef, msg))
+		v.add(reasonImmutable, field.Invalid(specPath.Child("poolRef"), s.Spec.PoolRef.String(), msg))
 	}
 	// The one change allowed: the controller records the range a
 	// prefixLength claim holds (recordAllocation in reconcilers).

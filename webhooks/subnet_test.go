@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
@@ -46,9 +46,9 @@ func TestSubnetCreateRules(t *testing.T) {
 		{name: "no namespace", s: func() *ipamv1.Subnet { s := subnet("x", "p", "10.0.3.0/24"); s.Namespace = ""; return s }(),
 			want: field.ErrorList{field.Required(field.NewPath("metadata", "namespace"), "")}},
 		{name: "no poolRef", s: subnet("x", "", "10.0.3.0/24"),
-			want: field.ErrorList{field.Required(field.NewPath("spec", "poolRef"), "")}},
+			want: field.ErrorList{field.Required(field.NewPath("spec", "poolRef", "name"), "")}},
 		{name: "blank poolRef", s: subnet("x", "  ", "10.0.3.0/24"),
-			want: field.ErrorList{field.Required(field.NewPath("spec", "poolRef"), "")}},
+			want: field.ErrorList{field.Required(field.NewPath("spec", "poolRef", "name"), "")}},
 		{name: "host bits", s: subnet("x", "p", "10.0.3.1/24"),
 			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
 		{name: "malformed", s: subnet("x", "p", "10.0.3/24"),
@@ -122,7 +122,7 @@ func TestSubnetMessages(t *testing.T) {
 		{dynamicSubnet("tiny", "p", 30),
 			`Subnet.ipam.subnet-operator.io "tiny" is invalid: spec.prefixLength: Invalid value: 30: prefix length 30 is longer than maxPrefixLength 28 of SubnetPool team-a/p: use 20 to 28`},
 		{subnet("orphan", "", "10.0.9.0/24"),
-			`Subnet.ipam.subnet-operator.io "orphan" is invalid: spec.poolRef: Required value: name the SubnetPool to claim from`},
+			`Subnet.ipam.subnet-operator.io "orphan" is invalid: spec.poolRef.name: Required value: name the SubnetPool to claim from`},
 	}
 	for _, g := range golden {
 		_, err := baseWorld().subnetValidator().ValidateCreate(withOp(admissionv1.Create), g.s)
@@ -153,7 +153,7 @@ func TestSubnetUpdateRules(t *testing.T) {
 	}{
 		{name: "status only", mutate: func(s *ipamv1.Subnet) { s.Status.Addresses = "256" }},
 		{name: "labels", mutate: func(s *ipamv1.Subnet) { s.Labels = map[string]string{"team": "a"} }},
-		{name: "poolRef", mutate: func(s *ipamv1.Subnet) { s.Spec.PoolRef = "other" },
+		{name: "poolRef", mutate: func(s *ipamv1.Subnet) { s.Spec.PoolRef = ipamv1.PoolReference{Name: "other"} },
 			want: field.ErrorList{field.Invalid(field.NewPath("spec", "poolRef"), "", "")}},
 		{name: "cidr", mutate: func(s *ipamv1.Subnet) { s.Spec.CIDR = "10.0.3.0/24" },
 			want: field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}},
@@ -305,12 +305,12 @@ func TestLongPoolNames(t *testing.T) {
 func TestPoolRefsAreNames(t *testing.T) {
 	w := baseWorld()
 	_, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), dynamicSubnet("x", "Team_Pool", 24))
-	want := `Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Invalid value: "Team_Pool": must be the name of a SubnetPool: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`
+	want := `Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef.name: Invalid value: "Team_Pool": must be the name of a SubnetPool: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
 	_, err = w.poolValidator().ValidateCreate(withOp(admissionv1.Create), child("c", "Parent", "10.0.0.0/24"))
-	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Invalid(field.NewPath("spec", "parentRef"), "", "")}, fieldErrors(t, err))
+	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Invalid(field.NewPath("spec", "parentRef", "name"), "", "")}, fieldErrors(t, err))
 }
 
 // A Subnet stored with a non-canonical cidr (the webhook was bypassed) can

@@ -12,16 +12,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
-// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha1-subnetpool,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update,versions=v1alpha1,name=msubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha1-subnetpool,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update;delete,versions=v1alpha1,name=vsubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha2-subnetpool,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update,versions=v1alpha2,name=msubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha2-subnetpool,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnetpools,verbs=create;update;delete,versions=v1alpha2,name=vsubnetpool.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
 
 var (
 	poolGK       = ipamv1.GroupVersion.WithKind("SubnetPool").GroupKind()
@@ -50,8 +51,18 @@ func (d *SubnetPoolDefaulter) Default(ctx context.Context, p *ipamv1.SubnetPool)
 			p.Spec.Reserved[i] = canonical
 		}
 	}
+	// A parent without a namespace is in the pool's own; an update with
+	// the manifest from Git that leaves it out keeps the stored one.
+	if ref := p.Spec.ParentRef; ref != nil && ref.Namespace == "" {
+		switch {
+		case old == nil:
+			ref.Namespace = p.Namespace
+		case old.Spec.ParentRef != nil && old.Spec.ParentRef.Name == ref.Name:
+			ref.Namespace = old.Spec.ParentRef.Namespace
+		}
+	}
 	if operation(ctx) == "CREATE" {
-		if v := validatePoolSpec(p.Name, &p.Spec, nil, specPath); len(v.errs) > 0 {
+		if v := validatePoolSpec(p.Namespace, p.Name, &p.Spec, nil, specPath); len(v.errs) > 0 {
 			_, err := finish(ctx, statuscalc.KindSubnetPool, poolGK, objectName(p.Name, p.GenerateName), v, nil)
 			return err
 		}
@@ -127,9 +138,9 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if old != nil {
 		oldSpec = &old.Spec
 	}
-	res.merge(validatePoolSpec(p.Name, &p.Spec, oldSpec, specPath))
-	if old != nil && old.Spec.ParentRef != p.Spec.ParentRef {
-		res.add(reasonImmutable, field.Invalid(specPath.Child("parentRef"), p.Spec.ParentRef, "is immutable: create a new pool under the other parent"))
+	res.merge(validatePoolSpec(p.Namespace, p.Name, &p.Spec, oldSpec, specPath))
+	if old != nil && !ptr.Equal(old.Spec.ParentRef, p.Spec.ParentRef) {
+		res.add(reasonImmutable, field.Invalid(specPath.Child("parentRef"), refString(p.Spec.ParentRef), "is immutable: create a new pool under the other parent"))
 	}
 	if len(res.errs) > 0 {
 		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
@@ -146,7 +157,7 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if err != nil {
 		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 	}
-	if p.Spec.ParentRef != "" {
+	if p.Spec.ParentRef != nil {
 		res.merge(v.validateInParent(p, cidr))
 	}
 	if old != nil {
@@ -157,27 +168,29 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 
 // validateInParent checks a child pool against its parent: the parent
 // exists, the chain makes no cycle, the range lies inside the parent, off
-// its reserved ranges, and overlaps none of the parent's other claims.
+// its reserved ranges, and overlaps none of the parent's other claims. The
+// parent is in the pool's own namespace (validatePoolSpec refuses others).
 func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.Prefix) verdict {
 	var res verdict
 	path := specPath.Child("parentRef")
-	parent, ok := v.Ledger.Pool(p.Namespace, p.Spec.ParentRef)
+	parentRef := p.Spec.ParentRef.Name
+	parent, ok := v.Ledger.Pool(p.Namespace, parentRef)
 	if !ok {
-		res.add(reasonParentNotFound, field.Invalid(path, p.Spec.ParentRef,
-			fmt.Sprintf("SubnetPool %s/%s does not exist; create the parent pool first", p.Namespace, p.Spec.ParentRef)))
+		res.add(reasonParentNotFound, field.Invalid(path, parentRef,
+			fmt.Sprintf("SubnetPool %s/%s does not exist; create the parent pool first", p.Namespace, parentRef)))
 		return res
 	}
 	if parent.Deleting {
-		res.add(reasonPoolTerminating, field.Invalid(path, p.Spec.ParentRef, fmt.Sprintf("SubnetPool %s/%s is being deleted", p.Namespace, p.Spec.ParentRef)))
+		res.add(reasonPoolTerminating, field.Invalid(path, parentRef, fmt.Sprintf("SubnetPool %s/%s is being deleted", p.Namespace, parentRef)))
 		return res
 	}
 	self := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-	if chain := v.Ledger.Ancestors(p.Namespace, p.Spec.ParentRef); slices.Contains(chain, self) {
-		cycle := []string{p.Name, p.Spec.ParentRef}
+	if chain := v.Ledger.Ancestors(p.Namespace, parentRef); slices.Contains(chain, self) {
+		cycle := []string{p.Name, parentRef}
 		for _, pool := range chain[:slices.Index(chain, self)+1] {
 			cycle = append(cycle, poolName(p.Namespace, pool))
 		}
-		res.add(reasonCycle, field.Invalid(path, p.Spec.ParentRef, "makes a cycle: "+strings.Join(cycle, " -> ")))
+		res.add(reasonCycle, field.Invalid(path, parentRef, "makes a cycle: "+strings.Join(cycle, " -> ")))
 		return res
 	}
 	cidrPath := specPath.Child("cidr")
@@ -189,7 +202,7 @@ func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.
 		res.add(violationReason(violation), field.Invalid(cidrPath, p.Spec.CIDR, violation.Detail))
 		return res
 	}
-	if found, total := v.Ledger.Overlapping(p.Namespace, p.Spec.ParentRef, cidr, ledger.PoolKey(p.Name), maxNamed); total > 0 {
+	if found, total := v.Ledger.Overlapping(p.Namespace, parentRef, cidr, ledger.PoolKey(p.Name), maxNamed); total > 0 {
 		res.add(reasonOverlap, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("overlaps %s in parent SubnetPool %s; pick a free range",
 			describe(found, total), parentName)))
 	}
@@ -232,4 +245,12 @@ func poolName(namespace string, pool types.NamespacedName) string {
 		return pool.Name
 	}
 	return pool.String()
+}
+
+// refString spells an optional reference for a message: "none" when unset.
+func refString(ref *ipamv1.PoolReference) string {
+	if ref == nil {
+		return "none"
+	}
+	return ref.String()
 }

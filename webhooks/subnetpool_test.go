@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // poolWorld: a root /16 with a reserved /24, a child /17, a Subnet in the
@@ -133,7 +133,7 @@ func TestSubnetPoolUpdateRules(t *testing.T) {
 		{name: "reserve a claimed range", mutate: func(p *ipamv1.SubnetPool) { p.Spec.Reserved = append(p.Spec.Reserved, "10.0.1.0/26") },
 			want: field.ErrorList{field.Invalid(field.NewPath("spec", "reserved").Index(1), "", "")}},
 		{name: "reserve a free range", mutate: func(p *ipamv1.SubnetPool) { p.Spec.Reserved = append(p.Spec.Reserved, "10.0.5.0/24") }},
-		{name: "set a parent", mutate: func(p *ipamv1.SubnetPool) { p.Spec.ParentRef = "other" },
+		{name: "set a parent", mutate: func(p *ipamv1.SubnetPool) { p.Spec.ParentRef = &ipamv1.PoolReference{Name: "other", Namespace: ns} },
 			want: field.ErrorList{field.Invalid(field.NewPath("spec", "parentRef"), "", "")}},
 	}
 	for _, tt := range tests {

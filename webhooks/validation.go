@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
@@ -21,6 +21,7 @@ const (
 	reasonMissingNamespace = "missing_namespace"
 	reasonMissingPoolRef   = "missing_pool_ref"
 	reasonInvalidPoolRef   = "invalid_pool_ref"
+	reasonNotAllowed       = "not_allowed"
 	reasonInvalidCIDR      = "invalid_cidr"
 	reasonInvalidSpec      = "invalid_spec"
 	reasonFamily           = "family_mismatch"
@@ -88,14 +89,38 @@ func validatePoolName(name string, path *field.Path) *field.Error {
 	return nil
 }
 
-// validateSubnetSpec checks what a Subnet's spec says on its own.
-func validateSubnetSpec(spec *ipamv1.SubnetSpec, path *field.Path) verdict {
+// validateReference checks a reference to a pool, made from namespace
+// (empty when the object names none: reported on its own). The defaulting
+// webhook fills an empty namespace, so an empty one here means defaulting
+// was skipped; the message says what to write.
+func validateReference(ref ipamv1.PoolReference, namespace, what string, path *field.Path) verdict {
 	var v verdict
-	if strings.TrimSpace(spec.PoolRef) == "" {
-		v.add(reasonMissingPoolRef, field.Required(path.Child("poolRef"), "name the SubnetPool to claim from"))
-	} else if err := validatePoolName(spec.PoolRef, path.Child("poolRef")); err != nil {
+	if strings.TrimSpace(ref.Name) == "" {
+		v.add(reasonMissingPoolRef, field.Required(path.Child("name"), "name the SubnetPool "+what))
+	} else if err := validatePoolName(ref.Name, path.Child("name")); err != nil {
 		v.add(reasonInvalidPoolRef, err)
 	}
+	switch {
+	case ref.Namespace == "":
+		hint := "the SubnetPool's namespace"
+		if namespace != "" {
+			hint = fmt.Sprintf("%q for a SubnetPool in this namespace", namespace)
+		}
+		v.add(reasonMissingPoolRef, field.Required(path.Child("namespace"), "write the namespace of the SubnetPool "+what+": "+hint))
+	case namespace != "" && ref.Namespace != namespace:
+		// Until pools say which namespaces may claim from them
+		// (docs/design/tenancy.md), every pool allows only its own.
+		v.add(reasonNotAllowed, field.Forbidden(path.Child("namespace"), fmt.Sprintf(
+			"SubnetPool %s/%s allows claims only from its own namespace %s, not from %s: references across namespaces are not served yet",
+			ref.Namespace, ref.Name, ref.Namespace, namespace)))
+	}
+	return v
+}
+
+// validateSubnetSpec checks what the spec of a Subnet in namespace says on
+// its own.
+func validateSubnetSpec(spec *ipamv1.SubnetSpec, namespace string, path *field.Path) verdict {
+	v := validateReference(spec.PoolRef, namespace, "to claim from", path.Child("poolRef"))
 	if spec.PrefixLength != nil && (*spec.PrefixLength < 0 || *spec.PrefixLength > 128) {
 		v.add(reasonPrefixBounds, field.Invalid(path.Child("prefixLength"), *spec.PrefixLength, "must be between 0 and 128"))
 	}
@@ -122,7 +147,7 @@ func validateSubnetInPool(spec *ipamv1.SubnetSpec, pool ledger.PoolView, namespa
 	var v verdict
 	poolName := namespace + "/" + pool.Name
 	if pool.Deleting {
-		v.add(reasonPoolTerminating, field.Invalid(path.Child("poolRef"), spec.PoolRef,
+		v.add(reasonPoolTerminating, field.Invalid(path.Child("poolRef"), spec.PoolRef.Name,
 			fmt.Sprintf("SubnetPool %s is being deleted; claim from another pool", poolName)))
 		return v
 	}
@@ -174,10 +199,11 @@ func violationReason(v *ipspace.Violation) string {
 	}
 }
 
-// validatePoolSpec checks what a pool's spec says on its own. On update
-// (old not nil), CIDR text that did not change is not judged again, so an
-// object stored while the webhook was bypassed can still be updated.
-func validatePoolSpec(name string, spec, old *ipamv1.SubnetPoolSpec, path *field.Path) verdict {
+// validatePoolSpec checks what the spec of the pool namespace/name says on
+// its own. On update (old not nil), text that did not change is not judged
+// again, so an object stored while the webhook was bypassed can still be
+// updated.
+func validatePoolSpec(namespace, name string, spec, old *ipamv1.SubnetPoolSpec, path *field.Path) verdict {
 	var v verdict
 	var cidr netip.Prefix
 	if old != nil && spec.CIDR == old.CIDR {
@@ -187,12 +213,10 @@ func validatePoolSpec(name string, spec, old *ipamv1.SubnetPoolSpec, path *field
 	} else {
 		cidr = p
 	}
-	if spec.ParentRef != "" && spec.ParentRef == name {
-		v.add(reasonCycle, field.Invalid(path.Child("parentRef"), spec.ParentRef, "must not name the pool itself"))
-	} else if spec.ParentRef != "" && (old == nil || spec.ParentRef != old.ParentRef) {
-		if err := validatePoolName(spec.ParentRef, path.Child("parentRef")); err != nil {
-			v.add(reasonInvalidPoolRef, err)
-		}
+	if ref := spec.ParentRef; ref != nil && ref.Name == name && ref.In(namespace) == namespace {
+		v.add(reasonCycle, field.Invalid(path.Child("parentRef"), ref.Name, "must not name the pool itself"))
+	} else if ref != nil && (old == nil || old.ParentRef == nil || *ref != *old.ParentRef) {
+		v.merge(validateReference(*ref, namespace, "to carve this pool from", path.Child("parentRef")))
 	}
 	for i, r := range spec.Reserved {
 		var rp netip.Prefix

@@ -21,8 +21,10 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1alpha1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
@@ -56,13 +58,21 @@ func Setup(mgr ctrl.Manager, l *ledger.Ledger, reader client.Reader, opts Option
 		opts.SyncTimeout = 5 * time.Second
 	}
 	f := newFreshness(reader, l, opts.FreshnessTimeout, opts.SyncTimeout)
+	// Each kind also serves its CRD's conversion (/convert): v1alpha2 is
+	// the hub, v1alpha1 the spoke (api/v1alpha1/conversion.go). Every
+	// replica serves it, leader or not: reading an object stored in
+	// v1alpha1 needs it, the manager's own reads included.
 	if err := ctrl.NewWebhookManagedBy(mgr, &ipamv1.Subnet{}).
+		WithConverter(conversion.NewHubSpokeConverter(&ipamv1.Subnet{},
+			conversion.NewSpokeConverter(&ipamv1alpha1.Subnet{}, ipamv1alpha1.ConvertSubnetFromHub, ipamv1alpha1.ConvertSubnetToHub))).
 		WithDefaulter(&SubnetDefaulter{Ledger: l}).
 		WithValidator(&SubnetValidator{Ledger: l, fresh: f}).
 		Complete(); err != nil {
 		return fmt.Errorf("subnet webhooks: %w", err)
 	}
 	if err := ctrl.NewWebhookManagedBy(mgr, &ipamv1.SubnetPool{}).
+		WithConverter(conversion.NewHubSpokeConverter(&ipamv1.SubnetPool{},
+			conversion.NewSpokeConverter(&ipamv1alpha1.SubnetPool{}, ipamv1alpha1.ConvertSubnetPoolFromHub, ipamv1alpha1.ConvertSubnetPoolToHub))).
 		WithDefaulter(&SubnetPoolDefaulter{}).
 		WithValidator(&SubnetPoolValidator{Ledger: l, fresh: f}).
 		Complete(); err != nil {

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
@@ -122,12 +122,12 @@ func pool(name, cidr string) *ipamv1.SubnetPool {
 
 func child(name, parent, cidr string) *ipamv1.SubnetPool {
 	p := pool(name, cidr)
-	p.Spec.ParentRef = parent
+	p.Spec.ParentRef = parentRef(parent)
 	return p
 }
 
 func subnet(name, poolRef, cidr string) *ipamv1.Subnet {
-	return &ipamv1.Subnet{ObjectMeta: objectMeta(name), Spec: ipamv1.SubnetSpec{PoolRef: poolRef, CIDR: cidr}}
+	return &ipamv1.Subnet{ObjectMeta: objectMeta(name), Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: poolRef, Namespace: ns}, CIDR: cidr}}
 }
 
 func dynamicSubnet(name, poolRef string, length int32) *ipamv1.Subnet {
@@ -168,4 +168,13 @@ func fieldErrors(t *testing.T, err error) field.ErrorList {
 		out = append(out, &field.Error{Type: field.ErrorType(c.Type), Field: c.Field, Detail: c.Message})
 	}
 	return out
+}
+
+// parentRef references the parent pool name in the pool's own namespace;
+// none for "".
+func parentRef(name string) *ipamv1.PoolReference {
+	if name == "" {
+		return nil
+	}
+	return &ipamv1.PoolReference{Name: name, Namespace: ns}
 }

@@ -1,5 +1,7 @@
-// Package v1alpha1 contains the API of subnet-operator: SubnetPool and Subnet
-// in the group ipam.subnet-operator.io.
+// Package v1alpha1 is the first API of subnet-operator, deprecated: still
+// served, and converted to and from v1alpha2 (the storage version) by the
+// manager's conversion webhook with the functions in conversion.go. Here a
+// pool reference is a name in the object's own namespace.
 //
 // It imports only the standard library and apimachinery, so that any client
 // can depend on it without pulling in the operator.

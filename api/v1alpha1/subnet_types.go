@@ -92,6 +92,7 @@ type SubnetStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.cidr) || has(oldSelf.spec.cidr) || (has(oldSelf.status) && has(oldSelf.status.cidr) && self.spec.cidr == oldSelf.status.cidr)",message="spec.cidr can be added after creation only to record the range the Subnet holds (status.cidr); to claim another range, create a new Subnet"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:deprecatedversion:warning="ipam.subnet-operator.io/v1alpha1 Subnet is deprecated: use v1alpha2, where poolRef and parentRef are {name, namespace}"
 // +kubebuilder:resource:shortName=sn,categories=ipam
 // +kubebuilder:selectablefield:JSONPath=`.spec.poolRef`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef`

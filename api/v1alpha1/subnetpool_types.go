@@ -157,6 +157,7 @@ type SubnetPoolStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:deprecatedversion:warning="ipam.subnet-operator.io/v1alpha1 SubnetPool is deprecated: use v1alpha2, where poolRef and parentRef are {name, namespace}"
 // +kubebuilder:resource:shortName=snp,categories=ipam
 // +kubebuilder:selectablefield:JSONPath=`.spec.parentRef`
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`

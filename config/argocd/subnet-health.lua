@@ -1,4 +1,4 @@
--- Argo CD health of a Subnet (ipam.subnet-operator.io/v1alpha1).
+-- Argo CD health of a Subnet (ipam.subnet-operator.io, v1alpha2 and v1alpha1).
 -- Healthy: it holds its range. Progressing: not decided yet for its current
 -- generation, or waiting for something that a sync usually brings (its pool
 -- to be created or to become ready). Degraded: it waits for something only

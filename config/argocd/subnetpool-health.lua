@@ -1,4 +1,4 @@
--- Argo CD health of a SubnetPool (ipam.subnet-operator.io/v1alpha1).
+-- Argo CD health of a SubnetPool (ipam.subnet-operator.io, v1alpha2 and v1alpha1).
 -- Healthy: it serves its range (an exhausted pool or one with overlapping
 -- claims is still healthy; its message says so, and the Prometheus alerts
 -- page for them). Progressing: not decided yet for its current generation,

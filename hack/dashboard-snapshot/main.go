@@ -27,7 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 	"github.com/subnet-operator/subnet-operator/test/monitoring"
 )
@@ -129,7 +129,7 @@ func doChurn(ctx context.Context, c client.Client, ns string, d time.Duration) e
 			live = append(live[:k], live[k+1:]...)
 		} else {
 			name := fmt.Sprintf("churn-%04d", i)
-			s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: "team-a"}}
+			s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "team-a"}}}
 			if err := c.Create(ctx, s); err != nil {
 				return err
 			}

@@ -89,10 +89,10 @@ Try, in another shell:
   kubectl get subnetpools -o wide               # utilization, free space, largest free block
   kubectl describe subnetpool datacenter
   kubectl create -f - <<EOF
-  apiVersion: ipam.subnet-operator.io/v1alpha1
+  apiVersion: ipam.subnet-operator.io/v1alpha2
   kind: Subnet
   metadata: {name: clash}
-  spec: {poolRef: datacenter, cidr: 10.0.1.0/25}
+  spec: {poolRef: {name: datacenter}, cidr: 10.0.1.0/25}
   EOF
   # ^ rejected by the webhook: it overlaps the sample Subnet "web"
 

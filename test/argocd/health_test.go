@@ -63,8 +63,8 @@ func toLua(L *lua.LState, v any) lua.LValue {
 }
 
 func subnet(generation int, status string) string {
-	return `{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet","metadata":{"name":"web","generation":` +
-		strconv.Itoa(generation) + `},"spec":{"poolRef":"plan","prefixLength":24}` + status + `}`
+	return `{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet","metadata":{"name":"web","generation":` +
+		strconv.Itoa(generation) + `},"spec":{"poolRef":{"name":"plan"},"prefixLength":24}` + status + `}`
 }
 
 func TestSubnetHealth(t *testing.T) {

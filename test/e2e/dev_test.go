@@ -81,7 +81,7 @@ func TestMakeDev(t *testing.T) {
 	if err != nil || !strings.Contains(out, "datacenter") || !strings.Contains(out, "Allocated") {
 		t.Errorf("kubectl get: %v\n%s", err, out)
 	}
-	clash := "apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: clash, namespace: default}\nspec: {poolRef: datacenter, cidr: 10.0.1.0/25}\n"
+	clash := "apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: clash, namespace: default}\nspec: {poolRef: {name: datacenter}, cidr: 10.0.1.0/25}\n"
 	_, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(clash), "create", "-f", "-")
 	if err == nil || !strings.Contains(stderr, "overlaps Subnet default/web (10.0.1.0/24)") {
 		t.Errorf("the overlapping Subnet was not rejected: %v %s", err, stderr)

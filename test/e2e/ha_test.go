@@ -31,7 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
@@ -44,13 +44,13 @@ func review(t *testing.T, m *environment.Manager, roots *x509.CertPool, s *ipamv
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
 			UID: "e2e", Operation: admissionv1.Create, Namespace: s.Namespace, Name: s.Name,
-			Kind:     metav1.GroupVersionKind{Group: "ipam.subnet-operator.io", Version: "v1alpha1", Kind: "Subnet"},
-			Resource: metav1.GroupVersionResource{Group: "ipam.subnet-operator.io", Version: "v1alpha1", Resource: "subnets"},
+			Kind:     metav1.GroupVersionKind{Group: "ipam.subnet-operator.io", Version: "v1alpha2", Kind: "Subnet"},
+			Resource: metav1.GroupVersionResource{Group: "ipam.subnet-operator.io", Version: "v1alpha2", Resource: "subnets"},
 			Object:   runtime.RawExtension{Raw: raw},
 		},
 	})
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}}}
-	url := fmt.Sprintf("https://127.0.0.1:%d/validate-ipam-subnet-operator-io-v1alpha1-subnet", m.WebhookPort)
+	url := fmt.Sprintf("https://127.0.0.1:%d/validate-ipam-subnet-operator-io-v1alpha2-subnet", m.WebhookPort)
 	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return false, err
@@ -70,13 +70,13 @@ func review(t *testing.T, m *environment.Manager, roots *x509.CertPool, s *ipamv
 func TestLeaderElectionAndFailover(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	mustKubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: SubnetPool\nmetadata: {name: ha, namespace: %s}\nspec: {cidr: 10.40.0.0/16, defaultPrefixLength: 27}\n", ns), "create", "-f", "-")
+	mustKubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: SubnetPool\nmetadata: {name: ha, namespace: %s}\nspec: {cidr: 10.40.0.0/16, defaultPrefixLength: 27}\n", ns), "create", "-f", "-")
 
 	s := secret(t, "webhook-server-cert")
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(s.Data["ca.crt"])
 	for _, m := range env.Managers {
-		probe := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}, Spec: ipamv1.SubnetSpec{PoolRef: "ha", CIDR: "10.40.200.0/24"}}
+		probe := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "ha", Namespace: ns}, CIDR: "10.40.200.0/24"}}
 		eventually(t, 10*time.Second, func() error {
 			allowed, err := review(t, m, roots, probe)
 			if err != nil || !allowed {
@@ -93,7 +93,7 @@ func TestLeaderElectionAndFailover(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("h%03d", i)}, Spec: ipamv1.SubnetSpec{PoolRef: "ha"}}
+				s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("h%03d", i)}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "ha"}}}
 				for attempt := 0; ; attempt++ {
 					err := k8s.Create(ctx, s.DeepCopy())
 					if err == nil || attempt == 50 {
@@ -179,7 +179,7 @@ func TestLeaderElectionAndFailover(t *testing.T) {
 func TestGracefulHandOverDuringABurst(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	mustKubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: SubnetPool\nmetadata: {name: burst, namespace: %s}\nspec: {cidr: 10.41.0.0/16, defaultPrefixLength: 28}\n", ns), "create", "-f", "-")
+	mustKubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: SubnetPool\nmetadata: {name: burst, namespace: %s}\nspec: {cidr: 10.41.0.0/16, defaultPrefixLength: 28}\n", ns), "create", "-f", "-")
 	old := leader(t)
 
 	const n = 300
@@ -192,7 +192,7 @@ func TestGracefulHandOverDuringABurst(t *testing.T) {
 	refused := map[string]netip.Prefix{}
 	for i := range n {
 		created.Go(func() {
-			s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("b%03d", i)}, Spec: ipamv1.SubnetSpec{PoolRef: "burst"}}
+			s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("b%03d", i)}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "burst"}}}
 			if i%10 == 0 { // some explicit claims
 				s.Spec.CIDR = fmt.Sprintf("10.41.%d.0/28", 200+i/10)
 			}

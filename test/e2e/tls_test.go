@@ -97,7 +97,7 @@ func parseCertificate(certPEM []byte) (*x509.Certificate, error) {
 // files without a restart, and serve it.
 func TestCertificateRotationUnderLoad(t *testing.T) {
 	ns := namespace(t)
-	mustKubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: SubnetPool\nmetadata: {name: rot, namespace: %s}\nspec: {cidr: 10.30.0.0/16, defaultPrefixLength: 28}\n", ns), "create", "-f", "-")
+	mustKubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: SubnetPool\nmetadata: {name: rot, namespace: %s}\nspec: {cidr: 10.30.0.0/16, defaultPrefixLength: 28}\n", ns), "create", "-f", "-")
 	s := secret(t, "webhook-server-cert")
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(s.Data["ca.crt"])
@@ -124,7 +124,7 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				manifest := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: r%d-%d, namespace: %s}\nspec: {poolRef: rot}\n", w, i, ns)
+				manifest := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: r%d-%d, namespace: %s}\nspec: {poolRef: {name: rot}}\n", w, i, ns)
 				if _, stderr, err := kubectl(t, manifest, "create", "-f", "-"); err != nil {
 					failed.Add(1)
 					failures.Store(fmt.Sprintf("r%d-%d", w, i), stderr)

@@ -21,25 +21,25 @@ import (
 func TestUserStories(t *testing.T) {
 	ns := namespace(t)
 	mustKubectl(t, fmt.Sprintf(`
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: SubnetPool
 metadata: {name: dc, namespace: %[1]s}
 spec: {cidr: 10.50.0.0/16, defaultPrefixLength: 24, reserved: [10.50.0.0/24]}
 ---
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: SubnetPool
 metadata: {name: team, namespace: %[1]s}
-spec: {parentRef: dc, cidr: 10.50.128.0/17, defaultPrefixLength: 26}
+spec: {parentRef: {name: dc}, cidr: 10.50.128.0/17, defaultPrefixLength: 26}
 ---
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: Subnet
 metadata: {name: web, namespace: %[1]s}
-spec: {poolRef: dc, cidr: 10.50.1.0/24}
+spec: {poolRef: {name: dc}, cidr: 10.50.1.0/24}
 ---
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: Subnet
 metadata: {name: api, namespace: %[1]s}
-spec: {poolRef: team}
+spec: {poolRef: {name: team}}
 `, ns), "apply", "-f", "-")
 	mustKubectl(t, "", "wait", "-n", ns, "--for=condition=Ready", "--timeout=60s", "subnets", "--all")
 	mustKubectl(t, "", "wait", "-n", ns, "--for=condition=Ready", "--timeout=60s", "subnetpools", "--all")
@@ -87,12 +87,12 @@ spec: {poolRef: team}
 
 	// The common mistakes, as kubectl prints them.
 	mistakes := []struct{ spec, want string }{
-		{"{poolRef: dc, cidr: 10.50.1.0/25}", fmt.Sprintf(`The Subnet "oops" is invalid: spec.cidr: Invalid value: "10.50.1.0/25": overlaps Subnet %s/web (10.50.1.0/24); pick a free range, or set spec.prefixLength to have one allocated`, ns)},
-		{"{poolRef: dc, cidr: 10.50.2.7/24}", `The Subnet "oops" is invalid: spec.cidr: Invalid value: "10.50.2.7/24": host bits set; did you mean "10.50.2.0/24"?`},
-		{"{poolRef: dc, cidr: 10.50.0.0/25}", fmt.Sprintf(`The Subnet "oops" is invalid: spec.cidr: Invalid value: "10.50.0.0/25": overlaps reserved range 10.50.0.0/24 of SubnetPool %s/dc`, ns)},
+		{"{poolRef: {name: dc}, cidr: 10.50.1.0/25}", fmt.Sprintf(`The Subnet "oops" is invalid: spec.cidr: Invalid value: "10.50.1.0/25": overlaps Subnet %s/web (10.50.1.0/24); pick a free range, or set spec.prefixLength to have one allocated`, ns)},
+		{"{poolRef: {name: dc}, cidr: 10.50.2.7/24}", `The Subnet "oops" is invalid: spec.cidr: Invalid value: "10.50.2.7/24": host bits set; did you mean "10.50.2.0/24"?`},
+		{"{poolRef: {name: dc}, cidr: 10.50.0.0/25}", fmt.Sprintf(`The Subnet "oops" is invalid: spec.cidr: Invalid value: "10.50.0.0/25": overlaps reserved range 10.50.0.0/24 of SubnetPool %s/dc`, ns)},
 	}
 	for _, m := range mistakes {
-		_, stderr, err := kubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: oops, namespace: %s}\nspec: %s\n", ns, m.spec), "create", "-f", "-")
+		_, stderr, err := kubectl(t, fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: oops, namespace: %s}\nspec: %s\n", ns, m.spec), "create", "-f", "-")
 		if err == nil || strings.TrimSpace(stderr) != m.want {
 			t.Errorf("kubectl printed %q\nwant %q", stderr, m.want)
 		}

@@ -54,6 +54,9 @@ type Options struct {
 	ControllerManager bool
 	// APIServerArgs are extra kube-apiserver flags.
 	APIServerArgs []string
+	// BeforeInstall, when set, runs on the bare control plane before the
+	// operator is installed: to leave there what an earlier release did.
+	BeforeInstall func(ctx context.Context, cp *controlplane.ControlPlane) error
 }
 
 // Environment is a control plane with the operator installed and running.
@@ -129,6 +132,11 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 		return nil, err
 	}
 	env.WebhookURL = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	if opts.BeforeInstall != nil {
+		if err := opts.BeforeInstall(ctx, cp); err != nil {
+			return nil, fmt.Errorf("before install: %w", err)
+		}
+	}
 	if err := env.install(ctx, ports[0]); err != nil {
 		return nil, err
 	}
@@ -354,17 +362,24 @@ func (m *Manager) WaitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 // waitCAInjected waits until cainjector has put the CA in both webhook
-// configurations.
+// configurations and in both CRDs' conversion webhook.
 func (env *Environment) waitCAInjected(ctx context.Context) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		ok := true
-		for _, name := range []string{
-			"validatingwebhookconfiguration/subnet-operator-validating-webhook-configuration",
-			"mutatingwebhookconfiguration/subnet-operator-mutating-webhook-configuration",
+		for name, want := range map[string]struct {
+			path  string
+			count int
+		}{
+			"validatingwebhookconfiguration/subnet-operator-validating-webhook-configuration": {"{.webhooks[*].clientConfig.caBundle}", 2},
+			"mutatingwebhookconfiguration/subnet-operator-mutating-webhook-configuration":     {"{.webhooks[*].clientConfig.caBundle}", 2},
+			// The conversion webhook: reads of objects stored in v1alpha1
+			// need it.
+			"crd/subnetpools.ipam.subnet-operator.io": {"{.spec.conversion.webhook.clientConfig.caBundle}", 1},
+			"crd/subnets.ipam.subnet-operator.io":     {"{.spec.conversion.webhook.clientConfig.caBundle}", 1},
 		} {
-			out, err := env.Kubectl(ctx, nil, "get", name, "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}")
-			if err != nil || len(strings.Fields(out)) != 2 {
+			out, err := env.Kubectl(ctx, nil, "get", name, "-o", "jsonpath="+want.path)
+			if err != nil || len(strings.Fields(out)) != want.count {
 				ok = false
 			}
 		}
@@ -372,7 +387,7 @@ func (env *Environment) waitCAInjected(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("cainjector did not inject the CA into the webhook configurations")
+			return errors.New("cainjector did not inject the CA into the webhook configurations and the CRDs")
 		}
 		select {
 		case <-ctx.Done():

@@ -17,8 +17,12 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/subnet-operator/subnet-operator/test/controlplane"
@@ -41,6 +45,7 @@ type Installed struct {
 
 	cp  *controlplane.ControlPlane
 	cs  *kubernetes.Clientset
+	dyn dynamic.Interface
 	dir string
 	// original holds each webhook's client config before PointWebhooks,
 	// by "kind/configuration/index".
@@ -62,7 +67,11 @@ func RunInstalled(ctx context.Context, cp *controlplane.ControlPlane, manifests 
 	if err != nil {
 		return nil, err
 	}
-	in := &Installed{Pod: pod, cp: cp, cs: cs, dir: dir, original: map[string]admissionregistrationv1.WebhookClientConfig{}}
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	in := &Installed{Pod: pod, cp: cp, cs: cs, dyn: dyn, dir: dir, original: map[string]admissionregistrationv1.WebhookClientConfig{}}
 	secretDirs := map[string]string{}
 	for _, m := range pod.Mounts {
 		secretDirs[m.Secret] = filepath.Join(dir, "secrets", m.Secret)
@@ -182,8 +191,9 @@ func namesLoopback(s *corev1.Secret) bool {
 	return false
 }
 
-// PointWebhooks points every webhook of the install's configurations that
-// calls a Service in the install's namespace at the replica, once
+// PointWebhooks points every webhook of the install's configurations, and
+// every CRD conversion webhook, that calls a Service in the install's
+// namespace at the replica, once
 // cainjector has injected their CA. UnpointWebhooks undoes it: do so before
 // an upgrade, so that Helm finds what it installed.
 func (in *Installed) PointWebhooks(ctx context.Context) error {
@@ -192,7 +202,7 @@ func (in *Installed) PointWebhooks(ctx context.Context) error {
 		return pending == 0, err
 	})
 	if wait.Interrupted(err) {
-		return errors.New("cainjector did not inject the CA into the webhook configurations")
+		return errors.New("cainjector did not inject the CA into the webhook configurations and the CRDs")
 	}
 	return err
 }
@@ -287,5 +297,38 @@ func (in *Installed) rewriteWebhooks(ctx context.Context,
 			return 0, err
 		}
 	}
+	crds, err := in.dyn.Resource(crdResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	for _, crd := range crds.Items {
+		raw, found, err := unstructured.NestedMap(crd.Object, "spec", "conversion", "webhook", "clientConfig")
+		if err != nil || !found {
+			continue
+		}
+		// The CRD's clientConfig has the admission webhooks' JSON shape.
+		var c admissionregistrationv1.WebhookClientConfig
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &c); err != nil {
+			return 0, fmt.Errorf("CRD %s: %w", crd.GetName(), err)
+		}
+		next, wait := rewrite("crd/"+crd.GetName(), c)
+		if wait {
+			pending++
+		}
+		if next == nil {
+			continue
+		}
+		data, err := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/conversion/webhook/clientConfig", "value": next}})
+		if err != nil {
+			return 0, err
+		}
+		if _, err := in.dyn.Resource(crdResource).Patch(ctx, crd.GetName(), types.JSONPatchType, data, metav1.PatchOptions{}); err != nil {
+			return 0, err
+		}
+	}
 	return pending, nil
 }
+
+// crdResource is where the CRDs whose conversion webhook PointWebhooks
+// points at the replica are.
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}

@@ -259,7 +259,7 @@ func TestChartValues(t *testing.T) {
 		"runbook_url: https://wiki.example.test/ipam.md#subnetpoolnearlyfull",
 		"cert-manager.io/inject-ca-from: infra/ipam-subnet-operator-serving-cert",
 		"- ipam-subnet-operator-webhook-service.infra.svc",
-		"path: /validate-ipam-subnet-operator-io-v1alpha1-subnet",
+		"path: /validate-ipam-subnet-operator-io-v1alpha2-subnet",
 		`job="ipam-subnet-operator-metrics-service"`,
 	} {
 		if !strings.Contains(got, want) {

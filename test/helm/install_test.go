@@ -72,15 +72,15 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	team := fmt.Sprintf("team-%04x", rand.IntN(1<<16))
 	kubectl(t, "", "create", "namespace", team)
 	kubectl(t, `
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: SubnetPool
 metadata: {name: datacenter, namespace: `+team+`}
 spec: {cidr: 10.30.0.0/16, defaultPrefixLength: 24}
 ---
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: Subnet
 metadata: {name: before-upgrade, namespace: `+team+`}
-spec: {poolRef: datacenter}
+spec: {poolRef: {name: datacenter}}
 `, "apply", "-f", "-")
 	before := waitAllocated(t, mgr, team, "before-upgrade")
 
@@ -114,7 +114,7 @@ spec: {poolRef: datacenter}
 	if err := mgr.PointWebhooks(ctx); err != nil {
 		t.Fatal(err)
 	}
-	kubectl(t, `{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet","metadata":{"name":"after-upgrade","namespace":"`+team+`"},"spec":{"poolRef":"datacenter"}}`, "apply", "-f", "-")
+	kubectl(t, `{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet","metadata":{"name":"after-upgrade","namespace":"`+team+`"},"spec":{"poolRef":{"name":"datacenter"}}}`, "apply", "-f", "-")
 	after := waitAllocated(t, mgr, team, "after-upgrade")
 	if again := waitAllocated(t, mgr, team, "before-upgrade"); again != before || after == before {
 		t.Errorf("before the upgrade %s held %s; after it %s, and after-upgrade got %s", "before-upgrade", before, again, after)

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 func metaOf(ns, name string) metav1.ObjectMeta {
@@ -76,9 +76,14 @@ func TestWebhookCallsPerLifecycle(t *testing.T) {
 		}
 		return nil
 	})
+	// dyn and exp write their pool's namespace out, so they need no
+	// defaulting; dflt leaves the namespace and the length to the defaulter
+	// (a manifest that leaves out the namespace costs that call).
 	dflt := newSubnet(ns, "dflt", "p", 0)
 	dflt.Spec.PrefixLength = nil // the defaulter fills it from the pool
-	create(t, newSubnet(ns, "dyn", "p", 26), explicitSubnet(ns, "exp", "p", "10.77.5.0/24"), dflt)
+	dyn, exp := newSubnet(ns, "dyn", "p", 26), explicitSubnet(ns, "exp", "p", "10.77.5.0/24")
+	dyn.Spec.PoolRef.Namespace, exp.Spec.PoolRef.Namespace = ns, ns
+	create(t, dyn, exp, dflt)
 	for _, name := range []string{"dyn", "exp", "dflt"} {
 		subnetReason(t, ns, name, ipamv1.ReasonAllocated)
 	}
@@ -135,7 +140,7 @@ func TestWebhookCallsPerLifecycle(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"msubnet CREATE":     1, // only dflt needed defaulting
+		"msubnet CREATE":     1, // only dflt needed defaulting (its length and its pool's namespace)
 		"vsubnet CREATE":     3,
 		"msubnetpool CREATE": 1,
 		"vsubnetpool CREATE": 1,

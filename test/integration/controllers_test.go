@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 func newPool(ns, name, cidr string, defaultLen int32) *ipamv1.SubnetPool {
@@ -31,11 +31,11 @@ func newPool(ns, name, cidr string, defaultLen int32) *ipamv1.SubnetPool {
 }
 
 func newSubnet(ns, name, pool string, length int32) *ipamv1.Subnet {
-	return &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: pool, PrefixLength: ptr.To(length)}}
+	return &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}, PrefixLength: ptr.To(length)}}
 }
 
 func explicitSubnet(ns, name, pool, cidr string) *ipamv1.Subnet {
-	return &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: pool, CIDR: cidr}}
+	return &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}, CIDR: cidr}}
 }
 
 func create(t *testing.T, objs ...client.Object) {
@@ -139,7 +139,7 @@ func TestTriggerEvents(t *testing.T) {
 	// 2 and 3. A child pool counts as allocated in its parent, follows its
 	// own growth, and leaves when it is deleted.
 	child := newPool(ns, "child", "10.0.128.0/18", 0)
-	child.Spec.ParentRef = "root"
+	child.Spec.ParentRef = &ipamv1.PoolReference{Name: "root"}
 	create(t, child)
 	poolShows(t, ns, "root", allocatedIs("16384"))
 	edit(t, ns, "child", func(p *ipamv1.SubnetPool) { p.Spec.CIDR = "10.0.128.0/17" })
@@ -383,7 +383,7 @@ func bypassValidatingWebhook(t *testing.T) (restore func()) {
 	create(t, newPool(probeNS, "probe", "10.250.0.0/16", 0), explicitSubnet(probeNS, "held", "probe", "10.250.0.0/24"))
 	// A dry-run create that only the validating webhook rejects tells
 	// whether the API server applies the webhook configuration yet.
-	overlapping := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: probe, namespace: %s}\nspec: {poolRef: probe, cidr: 10.250.0.0/25}\n", probeNS)
+	overlapping := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: probe, namespace: %s}\nspec: {poolRef: {name: probe}, cidr: 10.250.0.0/25}\n", probeNS)
 	applied := func(want bool) {
 		eventually(t, 30*time.Second, func() error {
 			_, _, err := kubectl(t, overlapping, "create", "--dry-run=server", "-f", "-")

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 )
 
@@ -90,7 +90,7 @@ func TestBackupWithoutStatusRestoresEveryRange(t *testing.T) {
 	ctx := context.Background()
 	root := newPool(ns, "plan", "10.60.0.0/16", 24)
 	team := newPool(ns, "team", "10.60.128.0/18", 26)
-	team.Spec.ParentRef = "plan"
+	team.Spec.ParentRef = &ipamv1.PoolReference{Name: "plan"}
 	create(t, root, team)
 	var subnets []*ipamv1.Subnet
 	for i, length := range []int32{24, 26, 25, 28, 24, 27} {
@@ -101,7 +101,7 @@ func TestBackupWithoutStatusRestoresEveryRange(t *testing.T) {
 	}
 	subnets = append(subnets, explicitSubnet(ns, "explicit", "plan", "10.60.100.0/24"))
 	// One that names neither: the webhook fills the pool's default length.
-	subnets = append(subnets, &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaulted"}, Spec: ipamv1.SubnetSpec{PoolRef: "team"}})
+	subnets = append(subnets, &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaulted"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "team"}}})
 	for _, s := range subnets {
 		create(t, s)
 	}
@@ -197,8 +197,8 @@ func TestReapplyFromGitKeepsTheRange(t *testing.T) {
 	ctx := context.Background()
 	create(t, newPool(ns, "plan", "10.61.0.0/16", 24), newSubnet(ns, "web", "plan", 26))
 	held := recorded(t, ns, 1)["web"]
-	gitManifest := fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet",
-		"metadata":{"name":"web","namespace":%q,"labels":{"app":"web"}},"spec":{"poolRef":"plan","prefixLength":26}}`, ns)
+	gitManifest := fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet",
+		"metadata":{"name":"web","namespace":%q,"labels":{"app":"web"}},"spec":{"poolRef":{"name":"plan"},"prefixLength":26}}`, ns)
 
 	// Flux: server-side apply, forced, dry run first (its drift check),
 	// then for real.
@@ -356,8 +356,8 @@ func TestPrinterColumnsSortNumerically(t *testing.T) {
 func TestSubnetCreatedBeforeItsPoolCanBeReplacedFromGit(t *testing.T) {
 	ns := namespace(t)
 	ctx := context.Background()
-	gitManifest := fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet",
-		"metadata":{"name":"early","namespace":%q,"labels":{"app":"web"}},"spec":{"poolRef":"plan"}}`, ns)
+	gitManifest := fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet",
+		"metadata":{"name":"early","namespace":%q,"labels":{"app":"web"}},"spec":{"poolRef":{"name":"plan"}}}`, ns)
 	if _, stderr, err := kubectl(t, gitManifest, "create", "-f", "-"); err != nil {
 		t.Fatalf("kubectl create: %v: %s", err, stderr)
 	}

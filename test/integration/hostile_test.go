@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // hostile is one bad input: an object to create, or a change to a stored
@@ -34,14 +34,14 @@ type hostile struct {
 // catalog is the hostile-input catalog of docs/validation.md.
 func catalog() []hostile {
 	sub := func(name, spec string) string {
-		return fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: %s, namespace: NS}\nspec: %s\n", name, spec)
+		return fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: %s, namespace: NS}\nspec: %s\n", name, spec)
 	}
 	subJSON := func(name, cidr string) string {
 		raw, _ := json.Marshal(cidr)
-		return fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet","metadata":{"name":%q,"namespace":"NS"},"spec":{"poolRef":"dc","cidr":%s}}`, name, raw)
+		return fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet","metadata":{"name":%q,"namespace":"NS"},"spec":{"poolRef":{"name":"dc"},"cidr":%s}}`, name, raw)
 	}
 	pool := func(name, spec string) string {
-		return fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: SubnetPool\nmetadata: {name: %s, namespace: NS}\nspec: %s\n", name, spec)
+		return fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: SubnetPool\nmetadata: {name: %s, namespace: NS}\nspec: %s\n", name, spec)
 	}
 	many := make([]string, 300)
 	for i := range many {
@@ -69,40 +69,44 @@ func catalog() []hostile {
 		{rule: "octet beyond 255", create: subJSON("h17", "256.0.0.0/8"), want: `"256.0.0.0" is not an IPv4 or IPv6 address`},
 		{rule: "hexadecimal", create: subJSON("h18", "0x0a000000/8"), want: `"0x0a000000" is not an IPv4 or IPv6 address`},
 		{rule: "host bits set", create: subJSON("h19", "10.0.2.1/24"), want: `host bits set; did you mean "10.0.2.0/24"?`},
-		{rule: "host bits set (IPv6)", create: sub("h20", "{poolRef: v6, cidr: '2001:db8:0:1::1/64'}"), want: `host bits set; did you mean "2001:db8:0:1::/64"?`},
+		{rule: "host bits set (IPv6)", create: sub("h20", "{poolRef: {name: v6}, cidr: '2001:db8:0:1::1/64'}"), want: `host bits set; did you mean "2001:db8:0:1::/64"?`},
 		// The pool's rules.
 		{rule: "family mismatch", create: subJSON("h21", "2001:db8::/64"), want: `is IPv6 but SubnetPool NS/dc (10.0.0.0/16) is IPv4`},
 		{rule: "outside the pool", create: subJSON("h22", "10.1.0.0/24"), want: `lies outside SubnetPool NS/dc (10.0.0.0/16)`},
 		{rule: "on a reserved range", create: subJSON("h23", "10.0.64.0/25"), want: `overlaps reserved range 10.0.64.0/24 of SubnetPool NS/dc`},
 		{rule: "shorter than minPrefixLength", create: subJSON("h24", "10.0.32.0/19"), want: `prefix length 19 is shorter than minPrefixLength 20 of SubnetPool NS/dc: use 20 to 28`},
-		{rule: "longer than maxPrefixLength", create: sub("h25", "{poolRef: dc, prefixLength: 29}"), want: `prefix length 29 is longer than maxPrefixLength 28 of SubnetPool NS/dc: use 20 to 28`},
-		{rule: "prefixLength shorter than the pool", create: sub("h25b", "{poolRef: dc, prefixLength: 12}"), want: `prefix length 12 does not fit SubnetPool NS/dc (10.0.0.0/16): use 20 to 28`},
-		{rule: "prefixLength beyond 128", create: sub("h26", "{poolRef: dc, prefixLength: 129}"), want: `spec.prefixLength: Invalid value: 129: must be between 0 and 128`},
-		{rule: "negative prefixLength", create: sub("h27", "{poolRef: dc, prefixLength: -1}"), want: `spec.prefixLength: Invalid value: -1: must be between 0 and 128`},
-		{rule: "cidr and a prefixLength it disagrees with", create: sub("h28", "{poolRef: dc, cidr: 10.0.2.0/24, prefixLength: 25}"), want: `spec.prefixLength: Invalid value: 25: disagrees with cidr 10.0.2.0/24: set either cidr (an explicit range) or prefixLength (a range the controller allocates)`},
+		{rule: "longer than maxPrefixLength", create: sub("h25", "{poolRef: {name: dc}, prefixLength: 29}"), want: `prefix length 29 is longer than maxPrefixLength 28 of SubnetPool NS/dc: use 20 to 28`},
+		{rule: "prefixLength shorter than the pool", create: sub("h25b", "{poolRef: {name: dc}, prefixLength: 12}"), want: `prefix length 12 does not fit SubnetPool NS/dc (10.0.0.0/16): use 20 to 28`},
+		{rule: "prefixLength beyond 128", create: sub("h26", "{poolRef: {name: dc}, prefixLength: 129}"), want: `spec.prefixLength: Invalid value: 129: must be between 0 and 128`},
+		{rule: "negative prefixLength", create: sub("h27", "{poolRef: {name: dc}, prefixLength: -1}"), want: `spec.prefixLength: Invalid value: -1: must be between 0 and 128`},
+		{rule: "cidr and a prefixLength it disagrees with", create: sub("h28", "{poolRef: {name: dc}, cidr: 10.0.2.0/24, prefixLength: 25}"), want: `spec.prefixLength: Invalid value: 25: disagrees with cidr 10.0.2.0/24: set either cidr (an explicit range) or prefixLength (a range the controller allocates)`},
 		// Overlaps.
 		{rule: "equal to a Subnet", create: subJSON("h29", "10.0.1.0/24"), want: `overlaps Subnet NS/web (10.0.1.0/24)`},
 		{rule: "containing a Subnet", create: subJSON("h30", "10.0.0.0/22"), want: `overlaps Subnet NS/web (10.0.1.0/24)`},
 		{rule: "contained in a Subnet", create: subJSON("h31", "10.0.1.128/25"), want: `overlaps Subnet NS/web (10.0.1.0/24)`},
 		{rule: "inside a child pool", create: subJSON("h32", "10.0.200.0/24"), want: `overlaps SubnetPool NS/team (10.0.128.0/17)`},
 		// The pool reference.
-		{rule: "empty poolRef", create: sub("h33", `{poolRef: "", cidr: 10.0.2.0/24}`), want: `spec.poolRef: Required value: name the SubnetPool to claim from`},
-		{rule: "blank poolRef", create: sub("h34", `{poolRef: "  ", cidr: 10.0.2.0/24}`), want: `spec.poolRef: Required value: name the SubnetPool to claim from`},
-		{rule: "missing poolRef", create: sub("h35", `{cidr: 10.0.2.0/24}`), want: `spec.poolRef: Required value`},
-		{rule: "a poolRef that is not a name", create: sub("h37", `{poolRef: Team_Pool, cidr: 10.0.2.0/24}`),
-			want: `spec.poolRef: Invalid value: "Team_Pool": must be the name of a SubnetPool: a lowercase RFC 1123 subdomain`},
-		{rule: "empty namespace (a create without one)", raw: "/apis/ipam.subnet-operator.io/v1alpha1/subnets",
-			create: `{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet","metadata":{"name":"h36"},"spec":{"poolRef":"dc","cidr":"10.0.2.0/24"}}`,
+		{rule: "empty poolRef", create: sub("h33", `{poolRef: {name: ""}, cidr: 10.0.2.0/24}`), want: `spec.poolRef.name: Required value: name the SubnetPool to claim from`},
+		{rule: "blank poolRef", create: sub("h34", `{poolRef: {name: "  "}, cidr: 10.0.2.0/24}`), want: `spec.poolRef.name: Required value: name the SubnetPool to claim from`},
+		{rule: "missing poolRef", create: sub("h35", `{cidr: 10.0.2.0/24}`), want: `spec.poolRef.name: Required value`},
+		{rule: "a poolRef that is not a name", create: sub("h37", `{poolRef: {name: Team_Pool}, cidr: 10.0.2.0/24}`),
+			want: `spec.poolRef.name: Invalid value: "Team_Pool": must be the name of a SubnetPool: a lowercase RFC 1123 subdomain`},
+		{rule: "empty namespace (a create without one)", raw: "/apis/ipam.subnet-operator.io/v1alpha2/subnets",
+			create: `{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet","metadata":{"name":"h36"},"spec":{"poolRef":{"name":"dc"},"cidr":"10.0.2.0/24"}}`,
 			want:   `the server could not find the requested resource`},
 		// Pools.
-		{rule: "its own parent", create: pool("self", "{parentRef: self, cidr: 10.0.32.0/20}"), want: `spec.parentRef: Invalid value: "self": must not name the pool itself`},
-		{rule: "missing parent", create: pool("orphan", "{parentRef: nowhere, cidr: 10.0.32.0/20}"), want: `SubnetPool NS/nowhere does not exist; create the parent pool first`},
-		{rule: "a parentRef that is not a name", create: pool("badparent", "{parentRef: Parent_Pool, cidr: 10.0.32.0/20}"),
-			want: `spec.parentRef: Invalid value: "Parent_Pool": must be the name of a SubnetPool: a lowercase RFC 1123 subdomain`},
-		{rule: "child outside its parent", create: pool("out", "{parentRef: dc, cidr: 10.1.0.0/20}"), want: `lies outside parent SubnetPool NS/dc (10.0.0.0/16)`},
-		{rule: "child over a sibling", create: pool("over", "{parentRef: dc, cidr: 10.0.192.0/18}"), want: `overlaps SubnetPool NS/team (10.0.128.0/17) in parent SubnetPool NS/dc`},
-		{rule: "child over a Subnet of its parent", create: pool("over2", "{parentRef: dc, cidr: 10.0.0.0/20}"), want: `overlaps Subnet NS/web (10.0.1.0/24) in parent SubnetPool NS/dc`},
-		{rule: "child over its parent's reserved range", create: pool("over3", "{parentRef: dc, cidr: 10.0.64.0/20}"), want: `overlaps reserved range 10.0.64.0/24 of parent SubnetPool NS/dc`},
+		{rule: "a pool in another namespace", create: sub("h38", `{poolRef: {name: dc, namespace: elsewhere}, cidr: 10.0.2.0/24}`),
+			want: `spec.poolRef.namespace: Forbidden: SubnetPool elsewhere/dc allows claims only from its own namespace elsewhere, not from NS`},
+		{rule: "a parent in another namespace", create: pool("across", "{parentRef: {name: dc, namespace: elsewhere}, cidr: 10.0.32.0/20}"),
+			want: `spec.parentRef.namespace: Forbidden: SubnetPool elsewhere/dc allows claims only from its own namespace elsewhere, not from NS`},
+		{rule: "its own parent", create: pool("self", "{parentRef: {name: self}, cidr: 10.0.32.0/20}"), want: `spec.parentRef: Invalid value: "self": must not name the pool itself`},
+		{rule: "missing parent", create: pool("orphan", "{parentRef: {name: nowhere}, cidr: 10.0.32.0/20}"), want: `SubnetPool NS/nowhere does not exist; create the parent pool first`},
+		{rule: "a parentRef that is not a name", create: pool("badparent", "{parentRef: {name: Parent_Pool}, cidr: 10.0.32.0/20}"),
+			want: `spec.parentRef.name: Invalid value: "Parent_Pool": must be the name of a SubnetPool: a lowercase RFC 1123 subdomain`},
+		{rule: "child outside its parent", create: pool("out", "{parentRef: {name: dc}, cidr: 10.1.0.0/20}"), want: `lies outside parent SubnetPool NS/dc (10.0.0.0/16)`},
+		{rule: "child over a sibling", create: pool("over", "{parentRef: {name: dc}, cidr: 10.0.192.0/18}"), want: `overlaps SubnetPool NS/team (10.0.128.0/17) in parent SubnetPool NS/dc`},
+		{rule: "child over a Subnet of its parent", create: pool("over2", "{parentRef: {name: dc}, cidr: 10.0.0.0/20}"), want: `overlaps Subnet NS/web (10.0.1.0/24) in parent SubnetPool NS/dc`},
+		{rule: "child over its parent's reserved range", create: pool("over3", "{parentRef: {name: dc}, cidr: 10.0.64.0/20}"), want: `overlaps reserved range 10.0.64.0/24 of parent SubnetPool NS/dc`},
 		{rule: "minPrefixLength above maxPrefixLength", create: pool("bounds", "{cidr: 172.16.0.0/12, minPrefixLength: 28, maxPrefixLength: 24}"), want: `spec.minPrefixLength: Invalid value: 28: must not be greater than maxPrefixLength (24)`},
 		{rule: "defaultPrefixLength below minPrefixLength", create: pool("bounds2", "{cidr: 172.16.0.0/12, minPrefixLength: 24, defaultPrefixLength: 20}"), want: `spec.defaultPrefixLength: Invalid value: 20: must not be less than minPrefixLength (24)`},
 		{rule: "reserved range outside the pool", create: pool("res", "{cidr: 172.16.0.0/16, reserved: [172.17.0.0/24]}"), want: `spec.reserved[0]: Invalid value: "172.17.0.0/24": must lie inside spec.cidr 172.16.0.0/16`},
@@ -114,12 +118,12 @@ func catalog() []hostile {
 			want: `would leave claims outside the pool: SubnetPool NS/team (10.0.128.0/17)`},
 		{rule: "a reserved range over a claim", patch: []string{"subnetpool", "dc", "--type=merge", "-p", `{"spec":{"reserved":["10.0.64.0/24","10.0.1.0/26"]}}`},
 			want: `covers ranges already claimed: Subnet NS/web (10.0.1.0/24)`},
-		{rule: "changing a Subnet's poolRef", patch: []string{"subnet", "web", "--type=merge", "-p", `{"spec":{"poolRef":"v6"}}`}, want: `poolRef is immutable`},
+		{rule: "changing a Subnet's poolRef", patch: []string{"subnet", "web", "--type=merge", "-p", `{"spec":{"poolRef":{"name":"v6"}}}`}, want: `poolRef is immutable`},
 		{rule: "changing a Subnet's cidr", patch: []string{"subnet", "web", "--type=merge", "-p", `{"spec":{"cidr":"10.0.3.0/24"}}`}, want: `cidr is immutable`},
-		{rule: "changing a pool's parentRef", patch: []string{"subnetpool", "team", "--type=merge", "-p", `{"spec":{"parentRef":"v6"}}`}, want: `parentRef is immutable`},
+		{rule: "changing a pool's parentRef", patch: []string{"subnetpool", "team", "--type=merge", "-p", `{"spec":{"parentRef":{"name":"v6"}}}`}, want: `parentRef is immutable`},
 		{rule: "deleting a pool in use", remove: []string{"subnetpool", "dc"}, want: `SubnetPool NS/dc is in use by 1 Subnets and 1 child pools (Subnet NS/web, SubnetPool NS/team); delete them first`},
 		// Sizes.
-		{rule: "annotations beyond the limit", create: fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet","metadata":{"name":"big","namespace":"NS","annotations":{"a":%q}},"spec":{"poolRef":"dc"}}`, strings.Repeat("x", 300000)),
+		{rule: "annotations beyond the limit", create: fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet","metadata":{"name":"big","namespace":"NS","annotations":{"a":%q}},"spec":{"poolRef":{"name":"dc"}}}`, strings.Repeat("x", 300000)),
 			want: `metadata.annotations: Too long: may not be more than 262144 bytes`},
 		{rule: "a name beyond 253 characters", create: subJSON(strings.Repeat("n", 300), "10.0.2.0/24"), want: `metadata.name: Invalid value`},
 	}

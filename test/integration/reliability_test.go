@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // A violation written straight into status (as a bypassed or buggy
@@ -186,10 +186,11 @@ func TestWebhookUnreachableFailsClosed(t *testing.T) {
 			restore()
 		}
 	})
-	good := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: good, namespace: %s}\nspec: {poolRef: p, cidr: 10.90.1.0/24}\n", ns)
+	good := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: good, namespace: %s}\nspec: {poolRef: {name: p, namespace: %s}, cidr: 10.90.1.0/24}\n", ns, ns)
 	_, stderr, err := kubectl(t, good, "create", "-f", "-")
 	// (The validating webhook's call fails: a canonical explicit claim
-	// skips the defaulting one, by its matchConditions.)
+	// with its pool's namespace written out skips the defaulting one, by
+	// its matchConditions.)
 	if err == nil || !strings.Contains(stderr, `failed calling webhook "vsubnet.ipam.subnet-operator.io"`) {
 		t.Errorf("a create with the webhook down: %v %s", err, stderr)
 	}
@@ -200,12 +201,12 @@ func TestWebhookUnreachableFailsClosed(t *testing.T) {
 
 	restore = bypassWebhooks(t)
 	for _, tc := range []struct{ spec, want string }{
-		{"{poolRef: p, cidr: 10.90.2.1/24}", "host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"},
-		{"{poolRef: p, cidr: 10.90.2.0/33}", "must be a CIDR such as 10.0.1.0/24 or 2001:db8:0:1::/64"},
-		{"{poolRef: p, cidr: 10.90.2.0/24, prefixLength: 25}", "cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"},
-		{`{poolRef: "", prefixLength: 24}`, "spec.poolRef in body should be at least 1 chars long"},
+		{"{poolRef: {name: p}, cidr: 10.90.2.1/24}", "host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"},
+		{"{poolRef: {name: p}, cidr: 10.90.2.0/33}", "must be a CIDR such as 10.0.1.0/24 or 2001:db8:0:1::/64"},
+		{"{poolRef: {name: p}, cidr: 10.90.2.0/24, prefixLength: 25}", "cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"},
+		{`{poolRef: {name: ""}, prefixLength: 24}`, "spec.poolRef.name in body should be at least 1 chars long"},
 	} {
-		manifest := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: bad, namespace: %s}\nspec: %s\n", ns, tc.spec)
+		manifest := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: bad, namespace: %s}\nspec: %s\n", ns, tc.spec)
 		_, stderr, err := kubectl(t, manifest, "create", "-f", "-")
 		if err == nil || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%s with the webhooks bypassed: %v %s", tc.spec, err, stderr)
@@ -220,7 +221,7 @@ func TestWebhookUnreachableFailsClosed(t *testing.T) {
 // the webhooks are bypassed, and by the mutating webhook otherwise.
 func bypassWebhooks(t *testing.T) (restore func()) {
 	t.Helper()
-	probe := "apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: probe, namespace: default}\nspec: {poolRef: p, cidr: 10.0.0.1/24}\n"
+	probe := "apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: probe, namespace: default}\nspec: {poolRef: {name: p}, cidr: 10.0.0.1/24}\n"
 	answered := func(answeredBy string) {
 		eventually(t, 30*time.Second, func() error {
 			_, stderr, _ := kubectl(t, probe, "create", "--dry-run=server", "-f", "-")

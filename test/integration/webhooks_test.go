@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // setupPools creates, in ns, a /16 pool with bounds and a reserved /24, an
@@ -19,7 +19,7 @@ import (
 func setupPools(t *testing.T, ns string) {
 	t.Helper()
 	manifest := fmt.Sprintf(`
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: SubnetPool
 metadata: {name: dc, namespace: %[1]s}
 spec:
@@ -29,15 +29,15 @@ spec:
   maxPrefixLength: 28
   reserved: [10.0.64.0/24]
 ---
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: Subnet
 metadata: {name: web, namespace: %[1]s}
-spec: {poolRef: dc, cidr: 10.0.1.0/24}
+spec: {poolRef: {name: dc}, cidr: 10.0.1.0/24}
 ---
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: SubnetPool
 metadata: {name: team, namespace: %[1]s}
-spec: {parentRef: dc, cidr: 10.0.128.0/17}
+spec: {parentRef: {name: dc}, cidr: 10.0.128.0/17}
 `, ns)
 	if _, stderr, err := kubectl(t, manifest, "create", "-f", "-"); err != nil {
 		t.Fatalf("setup: %v: %s", err, stderr)
@@ -49,43 +49,43 @@ func TestRulesAsKubectlPrintsThem(t *testing.T) {
 	ns := namespace(t)
 	setupPools(t, ns)
 	subnet := func(name, spec string) string {
-		return fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: %s, namespace: %s}\nspec: %s\n", name, ns, spec)
+		return fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: %s, namespace: %s}\nspec: %s\n", name, ns, spec)
 	}
 	pool := func(name, spec string) string {
-		return fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: SubnetPool\nmetadata: {name: %s, namespace: %s}\nspec: %s\n", name, ns, spec)
+		return fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: SubnetPool\nmetadata: {name: %s, namespace: %s}\nspec: %s\n", name, ns, spec)
 	}
 	tests := []struct {
 		name, manifest, want string
 	}{
-		{"host bits", subnet("a", "{poolRef: dc, cidr: 10.0.2.1/24}"),
+		{"host bits", subnet("a", "{poolRef: {name: dc}, cidr: 10.0.2.1/24}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "10.0.2.1/24": host bits set; did you mean "10.0.2.0/24"?`},
-		{"prefix length out of range", subnet("a", "{poolRef: dc, cidr: 10.0.2.0/33}"),
+		{"prefix length out of range", subnet("a", "{poolRef: {name: dc}, cidr: 10.0.2.0/33}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "10.0.2.0/33": prefix length 33 is out of range for IPv4 (0-32)`},
-		{"leading zeros", subnet("a", "{poolRef: dc, cidr: 010.0.2.0/24}"),
+		{"leading zeros", subnet("a", "{poolRef: {name: dc}, cidr: 010.0.2.0/24}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "010.0.2.0/24": leading zeros are not allowed in IPv4 addresses (they are read as octal by some tools); did you mean "10.0.2.0/24"?`},
-		{"IPv4-mapped IPv6", subnet("a", "{poolRef: dc, cidr: '::ffff:10.0.2.0/120'}"),
+		{"IPv4-mapped IPv6", subnet("a", "{poolRef: {name: dc}, cidr: '::ffff:10.0.2.0/120'}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "::ffff:10.0.2.0/120": IPv4-mapped IPv6 is not allowed; write the IPv4 form; did you mean "10.0.2.0/24"?`},
-		{"empty poolRef", subnet("a", `{poolRef: "", cidr: 10.0.2.0/24}`),
-			`The Subnet "a" is invalid: spec.poolRef: Required value: name the SubnetPool to claim from`},
-		{"overlap", subnet("a", "{poolRef: dc, cidr: 10.0.1.128/25}"),
+		{"empty poolRef", subnet("a", `{poolRef: {name: ""}, cidr: 10.0.2.0/24}`),
+			`The Subnet "a" is invalid: spec.poolRef.name: Required value: name the SubnetPool to claim from`},
+		{"overlap", subnet("a", "{poolRef: {name: dc}, cidr: 10.0.1.128/25}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "10.0.1.128/25": overlaps Subnet ` + ns + `/web (10.0.1.0/24); pick a free range, or set spec.prefixLength to have one allocated`},
-		{"overlap with a child pool", subnet("a", "{poolRef: dc, cidr: 10.0.200.0/24}"),
+		{"overlap with a child pool", subnet("a", "{poolRef: {name: dc}, cidr: 10.0.200.0/24}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "10.0.200.0/24": overlaps SubnetPool ` + ns + `/team (10.0.128.0/17); pick a free range, or set spec.prefixLength to have one allocated`},
-		{"outside the pool", subnet("a", "{poolRef: dc, cidr: 10.1.0.0/24}"),
+		{"outside the pool", subnet("a", "{poolRef: {name: dc}, cidr: 10.1.0.0/24}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "10.1.0.0/24": lies outside SubnetPool ` + ns + `/dc (10.0.0.0/16)`},
-		{"reserved", subnet("a", "{poolRef: dc, cidr: 10.0.64.0/25}"),
+		{"reserved", subnet("a", "{poolRef: {name: dc}, cidr: 10.0.64.0/25}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "10.0.64.0/25": overlaps reserved range 10.0.64.0/24 of SubnetPool ` + ns + `/dc`},
-		{"family", subnet("a", "{poolRef: dc, cidr: '2001:db8::/64'}"),
+		{"family", subnet("a", "{poolRef: {name: dc}, cidr: '2001:db8::/64'}"),
 			`The Subnet "a" is invalid: spec.cidr: Invalid value: "2001:db8::/64": is IPv6 but SubnetPool ` + ns + `/dc (10.0.0.0/16) is IPv4`},
-		{"maxPrefixLength", subnet("a", "{poolRef: dc, prefixLength: 30}"),
+		{"maxPrefixLength", subnet("a", "{poolRef: {name: dc}, prefixLength: 30}"),
 			`The Subnet "a" is invalid: spec.prefixLength: Invalid value: 30: prefix length 30 is longer than maxPrefixLength 28 of SubnetPool ` + ns + `/dc: use 20 to 28`},
-		{"child outside its parent", pool("p", "{parentRef: dc, cidr: 10.1.0.0/24}"),
+		{"child outside its parent", pool("p", "{parentRef: {name: dc}, cidr: 10.1.0.0/24}"),
 			`The SubnetPool "p" is invalid: spec.cidr: Invalid value: "10.1.0.0/24": lies outside parent SubnetPool ` + ns + `/dc (10.0.0.0/16)`},
-		{"child over a sibling", pool("p", "{parentRef: dc, cidr: 10.0.192.0/18}"),
+		{"child over a sibling", pool("p", "{parentRef: {name: dc}, cidr: 10.0.192.0/18}"),
 			`The SubnetPool "p" is invalid: spec.cidr: Invalid value: "10.0.192.0/18": overlaps SubnetPool ` + ns + `/team (10.0.128.0/17) in parent SubnetPool ` + ns + `/dc; pick a free range`},
-		{"missing parent", pool("p", "{parentRef: nowhere, cidr: 10.0.64.0/18}"),
+		{"missing parent", pool("p", "{parentRef: {name: nowhere}, cidr: 10.0.64.0/18}"),
 			`The SubnetPool "p" is invalid: spec.parentRef: Invalid value: "nowhere": SubnetPool ` + ns + `/nowhere does not exist; create the parent pool first`},
-		{"its own parent", pool("p", "{parentRef: p, cidr: 10.0.64.0/18}"),
+		{"its own parent", pool("p", "{parentRef: {name: p}, cidr: 10.0.64.0/18}"),
 			`The SubnetPool "p" is invalid: spec.parentRef: Invalid value: "p": must not name the pool itself`},
 		{"min above max", pool("p", "{cidr: 172.16.0.0/12, minPrefixLength: 28, maxPrefixLength: 24}"),
 			`The SubnetPool "p" is invalid: spec.minPrefixLength: Invalid value: 28: must not be greater than maxPrefixLength (24)`},
@@ -112,15 +112,15 @@ func TestMultiDocumentApplyRejectsTheSecond(t *testing.T) {
 	setupPools(t, ns)
 	for i := range 50 {
 		manifest := fmt.Sprintf(`
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: Subnet
 metadata: {name: first-%[2]d, namespace: %[1]s}
-spec: {poolRef: dc, cidr: 10.0.%[3]d.0/25}
+spec: {poolRef: {name: dc}, cidr: 10.0.%[3]d.0/25}
 ---
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: Subnet
 metadata: {name: second-%[2]d, namespace: %[1]s}
-spec: {poolRef: dc, cidr: 10.0.%[3]d.0/24}
+spec: {poolRef: {name: dc}, cidr: 10.0.%[3]d.0/24}
 `, ns, i, 10+i)
 		_, stderr, err := kubectl(t, manifest, "apply", "-f", "-")
 		if err == nil || !strings.Contains(stderr, fmt.Sprintf("overlaps Subnet %s/first-%d", ns, i)) {
@@ -135,7 +135,7 @@ spec: {poolRef: dc, cidr: 10.0.%[3]d.0/24}
 
 func TestSubnetBeforeItsPoolIsAdmittedWithAWarning(t *testing.T) {
 	ns := namespace(t)
-	manifest := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: early, namespace: %s}\nspec: {poolRef: later, prefixLength: 24}\n", ns)
+	manifest := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: early, namespace: %s}\nspec: {poolRef: {name: later}, prefixLength: 24}\n", ns)
 	_, stderr, err := kubectl(t, manifest, "apply", "-f", "-")
 	if err != nil {
 		t.Fatalf("%v: %s", err, stderr)
@@ -150,11 +150,11 @@ func TestSubnetBeforeItsPoolIsAdmittedWithAWarning(t *testing.T) {
 func TestDryRunBehavesLikeARealRequest(t *testing.T) {
 	ns := namespace(t)
 	setupPools(t, ns)
-	overlapping := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: clash, namespace: %s}\nspec: {poolRef: dc, cidr: 10.0.1.0/26}\n", ns)
+	overlapping := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: clash, namespace: %s}\nspec: {poolRef: {name: dc}, cidr: 10.0.1.0/26}\n", ns)
 	if _, stderr, err := kubectl(t, overlapping, "create", "--dry-run=server", "-f", "-"); err == nil || !strings.Contains(stderr, "overlaps Subnet") {
 		t.Errorf("dry-run of an overlapping Subnet: %v %s", err, stderr)
 	}
-	free := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: free, namespace: %s}\nspec: {poolRef: dc, cidr: 10.0.2.0/24}\n", ns)
+	free := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: free, namespace: %s}\nspec: {poolRef: {name: dc}, cidr: 10.0.2.0/24}\n", ns)
 	if _, stderr, err := kubectl(t, free, "create", "--dry-run=server", "-f", "-"); err != nil {
 		t.Fatalf("dry-run of a free Subnet: %v %s", err, stderr)
 	}
@@ -182,13 +182,13 @@ func TestSelectByPoolReference(t *testing.T) {
 	setupPools(t, ns)
 	create(t, newSubnet(ns, "in-team", "team", 24))
 	var subnets ipamv1.SubnetList
-	if err := k8s.List(context.Background(), &subnets, client.InNamespace(ns), client.MatchingFields{"spec.poolRef": "dc"}); err != nil {
+	if err := k8s.List(context.Background(), &subnets, client.InNamespace(ns), client.MatchingFields{"spec.poolRef.name": "dc"}); err != nil {
 		t.Fatal(err)
 	}
 	if len(subnets.Items) != 1 || subnets.Items[0].Name != "web" {
 		t.Errorf("Subnets of dc: %v", names(subnets.Items))
 	}
-	stdout, stderr, err := kubectl(t, "", "get", "subnetpools", "-n", ns, "--field-selector", "spec.parentRef=dc", "-o", "name")
+	stdout, stderr, err := kubectl(t, "", "get", "subnetpools", "-n", ns, "--field-selector", "spec.parentRef.name=dc", "-o", "name")
 	if err != nil || strings.TrimSpace(stdout) != "subnetpool.ipam.subnet-operator.io/team" {
 		t.Errorf("children of dc: %q %v %s", stdout, err, stderr)
 	}

@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
@@ -271,7 +271,7 @@ func (d *driver) export(ctx context.Context, box *exported, rec *opRecord) error
 		Spec:       *s.Spec.DeepCopy(),
 	}
 	rec.Outcome, rec.UID = outcomeDone, s.UID
-	rec.CIDR, rec.PrefixLength, rec.Ref = s.Spec.CIDR, s.Spec.PrefixLength, s.Spec.PoolRef
+	rec.CIDR, rec.PrefixLength, rec.Ref = s.Spec.CIDR, s.Spec.PrefixLength, refOf(s.Namespace, &s.Spec.PoolRef)
 	return nil
 }
 

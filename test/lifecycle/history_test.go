@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // recorder keeps the full history of Subnets and SubnetPools in the test's
@@ -337,7 +337,7 @@ type fence struct {
 func newFence(ctx context.Context, c client.Client, namespace string) (*fence, error) {
 	f := &fence{c: c, namespace: namespace}
 	pool := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: ipamv1.SubnetPoolSpec{CIDR: "192.168.255.0/24"}}
-	subnet := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: ipamv1.SubnetSpec{PoolRef: "fence", CIDR: "192.168.255.0/28"}}
+	subnet := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "fence"}, CIDR: "192.168.255.0/28"}}
 	for _, o := range []client.Object{pool, subnet} {
 		if err := retryTransient(ctx, func(ctx context.Context) error { return c.Create(ctx, o) }); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating the fence %T: %w", o, err)

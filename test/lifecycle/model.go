@@ -39,7 +39,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // Kinds, as the checks name them.
@@ -79,9 +79,24 @@ func fromSubnet(s *ipamv1.Subnet) obj {
 	return obj{
 		Kind: kindSubnet, Namespace: s.Namespace, Name: s.Name, UID: s.UID, RV: parseRV(s.ResourceVersion),
 		Generation: s.Generation, Deleting: s.DeletionTimestamp != nil,
-		Ref: s.Spec.PoolRef, CIDR: s.Spec.CIDR, PrefixLength: s.Spec.PrefixLength,
+		Ref: refOf(s.Namespace, &s.Spec.PoolRef), CIDR: s.Spec.CIDR, PrefixLength: s.Spec.PrefixLength,
 		StatusCIDR: s.Status.CIDR, ObservedGeneration: s.Status.ObservedGeneration,
 		Conditions: slices.Clone(s.Status.Conditions),
+	}
+}
+
+// refOf is the model's Ref of a reference made from namespace: the pool's
+// name when it is in that namespace (the checker's world is one namespace),
+// else namespace/name, which names no pool of the world, so a claim that
+// the operator granted through it is reported.
+func refOf(namespace string, ref *ipamv1.PoolReference) string {
+	switch {
+	case ref == nil:
+		return ""
+	case ref.In(namespace) == namespace:
+		return ref.Name
+	default:
+		return ref.Namespace + "/" + ref.Name
 	}
 }
 
@@ -91,7 +106,7 @@ func fromPool(p *ipamv1.SubnetPool) obj {
 	return obj{
 		Kind: kindPool, Namespace: p.Namespace, Name: p.Name, UID: p.UID, RV: parseRV(p.ResourceVersion),
 		Generation: p.Generation, Deleting: p.DeletionTimestamp != nil,
-		Ref: p.Spec.ParentRef, CIDR: p.Spec.CIDR, Default: p.Spec.DefaultPrefixLength,
+		Ref: refOf(p.Namespace, p.Spec.ParentRef), CIDR: p.Spec.CIDR, Default: p.Spec.DefaultPrefixLength,
 		Min: p.Spec.MinPrefixLength, Max: p.Spec.MaxPrefixLength, Reserved: slices.Clone(p.Spec.Reserved),
 		StatusCIDR: p.Status.CIDR, ObservedGeneration: p.Status.ObservedGeneration,
 		Conditions: slices.Clone(p.Status.Conditions), Figures: figures,

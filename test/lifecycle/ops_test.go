@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // Operation kinds.
@@ -657,7 +657,7 @@ func (g *generator) reservedBlock(cidr netip.Prefix) netip.Prefix {
 
 func poolObject(ns, name string, p *poolPlan) *ipamv1.SubnetPool {
 	o := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetPoolSpec{
-		CIDR: p.cidr.String(), ParentRef: p.parent, DefaultPrefixLength: p.def, MinPrefixLength: p.min, MaxPrefixLength: p.max,
+		CIDR: p.cidr.String(), ParentRef: parentRef(p.parent), DefaultPrefixLength: p.def, MinPrefixLength: p.min, MaxPrefixLength: p.max,
 	}}
 	for _, r := range p.reserved {
 		o.Spec.Reserved = append(o.Spec.Reserved, r.String())
@@ -938,7 +938,7 @@ func (g *generator) newSubnet(ns *nsPlan, name string, explicit bool) *request {
 }
 
 func (g *generator) subnetRequest(ns *nsPlan, name, pool string, cidr netip.Prefix, length *int32) *request {
-	s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: pool, PrefixLength: length}}
+	s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}, PrefixLength: length}}
 	op := opCreateDynamic
 	if cidr.IsValid() {
 		s.Spec.CIDR = cidr.String()
@@ -1020,4 +1020,13 @@ func TestBlockAt(t *testing.T) {
 			t.Errorf("blockAt(%s, %d, %d) = %s, want %s", tt.p, tt.length, tt.idx, got, tt.want)
 		}
 	}
+}
+
+// parentRef references the parent pool name in the pool's own namespace;
+// none for "".
+func parentRef(name string) *ipamv1.PoolReference {
+	if name == "" {
+		return nil
+	}
+	return &ipamv1.PoolReference{Name: name}
 }

@@ -82,7 +82,7 @@ func pointWebhooksAt(ctx context.Context, env *environment.Environment, base str
 			return err
 		}
 	}
-	probe := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha1\nkind: Subnet\nmetadata: {name: probe, namespace: %s}\nspec: {poolRef: %s, cidr: 10.0.0.1/28}\n", namespace, poolName)
+	probe := fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: probe, namespace: %s}\nspec: {poolRef: {name: %s}, cidr: 10.0.0.1/28}\n", namespace, poolName)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		_, err := env.Kubectl(ctx, []byte(probe), "create", "--dry-run=server", "-f", "-")

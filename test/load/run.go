@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/test/controlplane"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
@@ -199,7 +199,7 @@ func explicitCIDR(k int) string {
 func newSubnet(i, explicitEvery int) (*ipamv1.Subnet, bool) {
 	s := &ipamv1.Subnet{
 		ObjectMeta: metav1.ObjectMeta{Name: subnetName(i), Namespace: namespace},
-		Spec:       ipamv1.SubnetSpec{PoolRef: poolName},
+		Spec:       ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: poolName}},
 	}
 	if explicitEvery > 0 && i%explicitEvery == 0 {
 		s.Spec.CIDR = explicitCIDR(i / explicitEvery)
@@ -501,7 +501,7 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 		*typ.into = after.apiserver.histogram("apiserver_admission_webhook_admission_duration_seconds", match).
 			since(before.apiserver.histogram("apiserver_admission_webhook_admission_duration_seconds", match))
 	}
-	validatePath := map[string]string{"webhook": "/validate-ipam-subnet-operator-io-v1alpha1-subnet"}
+	validatePath := map[string]string{"webhook": "/validate-ipam-subnet-operator-io-v1alpha2-subnet"}
 	r.webhookLatency = after.manager.histogram("controller_runtime_webhook_latency_seconds", validatePath).
 		since(before.manager.histogram("controller_runtime_webhook_latency_seconds", validatePath))
 	subnetKind := map[string]string{"kind": "Subnet"}

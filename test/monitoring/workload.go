@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // Workload does in namespace what a platform team does on a normal day, so
@@ -23,15 +23,19 @@ import (
 // every Subnet. The Subnets it leaves behind keep the pool gauges alive.
 func Workload(ctx context.Context, c client.Client, namespace string) error {
 	pool := func(name, cidr, parent string, defaultLength int32) *ipamv1.SubnetPool {
-		return &ipamv1.SubnetPool{
+		p := &ipamv1.SubnetPool{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-			Spec:       ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: parent, DefaultPrefixLength: ptr.To(defaultLength)},
+			Spec:       ipamv1.SubnetPoolSpec{CIDR: cidr, DefaultPrefixLength: ptr.To(defaultLength)},
 		}
+		if parent != "" {
+			p.Spec.ParentRef = &ipamv1.PoolReference{Name: parent}
+		}
+		return p
 	}
 	subnet := func(name, poolRef, cidr string) *ipamv1.Subnet {
 		return &ipamv1.Subnet{
 			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-			Spec:       ipamv1.SubnetSpec{PoolRef: poolRef, CIDR: cidr},
+			Spec:       ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: poolRef}, CIDR: cidr},
 		}
 	}
 	var objects []client.Object
@@ -93,8 +97,8 @@ func Workload(ctx context.Context, c client.Client, namespace string) error {
 // sample to increase from, and a quick workload leaves no time for one.
 func Denied(ctx context.Context, c client.Client, namespace string) error {
 	for _, bad := range []*ipamv1.Subnet{
-		{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "overlaps-rack-0"}, Spec: ipamv1.SubnetSpec{PoolRef: "datacenter", CIDR: "10.40.32.0/25"}},
-		{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "outside"}, Spec: ipamv1.SubnetSpec{PoolRef: "team-a", CIDR: "10.41.0.0/24"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "overlaps-rack-0"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "datacenter"}, CIDR: "10.40.32.0/25"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "outside"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "team-a"}, CIDR: "10.41.0.0/24"}},
 	} {
 		if err := c.Create(ctx, bad); !apierrors.IsInvalid(err) {
 			return fmt.Errorf("creating Subnet %s: want the webhook to deny it as invalid, got %w", bad.Name, err)

@@ -27,7 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
@@ -100,7 +100,7 @@ func golden(t *testing.T, name, ns, got string) {
 }
 
 func pool(ns, name, cidr, parent string, defaultLen int32) *ipamv1.SubnetPool {
-	p := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: parent}}
+	p := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetPoolSpec{CIDR: cidr, ParentRef: parentRef(parent)}}
 	if defaultLen > 0 {
 		p.Spec.DefaultPrefixLength = ptr.To(defaultLen)
 	}
@@ -108,7 +108,7 @@ func pool(ns, name, cidr, parent string, defaultLen int32) *ipamv1.SubnetPool {
 }
 
 func subnet(ns, name, pool, cidr string, length int32) *ipamv1.Subnet {
-	s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: pool, CIDR: cidr}}
+	s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}, CIDR: cidr}}
 	if length > 0 {
 		s.Spec.PrefixLength = ptr.To(length)
 	}
@@ -143,15 +143,15 @@ func settled(t *testing.T, ns string) {
 				if !meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady) || s.Spec.CIDR != s.Status.CIDR {
 					return fmt.Errorf("Subnet %s not Ready and recorded yet", s.Name)
 				}
-				add(s.Spec.PoolRef, s.Status.CIDR)
-				count[s.Spec.PoolRef]++
+				add(s.Spec.PoolRef.Name, s.Status.CIDR)
+				count[s.Spec.PoolRef.Name]++
 			}
 			for _, p := range pools.Items {
-				if p.Spec.ParentRef != "" {
+				if p.Spec.ParentRef != nil {
 					if p.Status.CIDR == "" {
 						return fmt.Errorf("pool %s not granted yet", p.Name)
 					}
-					add(p.Spec.ParentRef, p.Status.CIDR)
+					add(p.Spec.ParentRef.Name, p.Status.CIDR)
 				}
 			}
 			for _, p := range pools.Items {
@@ -278,4 +278,13 @@ func TestNextIsWhatTheControllerAllocates(t *testing.T) {
 			t.Errorf("kubectl ipam next said %s; the controller allocated %s", want, s.Status.CIDR)
 		}
 	}
+}
+
+// parentRef references the parent pool name in the pool's own namespace;
+// none for "".
+func parentRef(name string) *ipamv1.PoolReference {
+	if name == "" {
+		return nil
+	}
+	return &ipamv1.PoolReference{Name: name}
 }

@@ -123,15 +123,15 @@ func TestReleaseInstallsWithCertManagerAlone(t *testing.T) {
 		t.Fatalf("%v\n%s%s", err, out, stderr)
 	}
 	objects := `
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: SubnetPool
 metadata: {name: datacenter, namespace: team-a}
 spec: {cidr: 10.20.0.0/16, defaultPrefixLength: 24}
 ---
-apiVersion: ipam.subnet-operator.io/v1alpha1
+apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: Subnet
 metadata: {name: web, namespace: team-a}
-spec: {poolRef: datacenter}
+spec: {poolRef: {name: datacenter}}
 `
 	if out, stderr, err := cp.KubectlOutput(ctx, cp.Kubeconfig, []byte(objects), "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v\n%s%s", err, out, stderr)
@@ -144,7 +144,7 @@ spec: {poolRef: datacenter}
 		t.Errorf("subnet web holds %q (%v), want a /24 of 10.20.0.0/16", cidr, err)
 	}
 	// The validating webhook answers too.
-	overlap := `{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet","metadata":{"name":"overlap","namespace":"team-a"},"spec":{"poolRef":"datacenter","cidr":"` + cidr + `"}}`
+	overlap := `{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet","metadata":{"name":"overlap","namespace":"team-a"},"spec":{"poolRef":{"name":"datacenter"},"cidr":"` + cidr + `"}}`
 	if _, stderr, err := cp.KubectlOutput(ctx, cp.Kubeconfig, []byte(overlap), "create", "-f", "-"); err == nil || !strings.Contains(stderr, "overlaps Subnet team-a/web") {
 		t.Errorf("an overlapping Subnet: err %v, %s; want it refused as overlapping team-a/web", err, stderr)
 	}

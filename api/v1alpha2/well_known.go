@@ -1,4 +1,4 @@
-package v1alpha1
+package v1alpha2
 
 // Condition types.
 const (
@@ -32,6 +32,9 @@ const (
 	// range, is of the other address family, or its prefix length is outside
 	// the pool's bounds.
 	ReasonOutOfRange = "OutOfRange"
+	// ReasonNotAllowed: the claim references a pool in another namespace,
+	// which the pool does not allow (today no pool does).
+	ReasonNotAllowed = "NotAllowed"
 	// ReasonInvalidSpec: the spec cannot be parsed (only reachable when the
 	// CRD schema and the webhook were both bypassed).
 	ReasonInvalidSpec = "InvalidSpec"

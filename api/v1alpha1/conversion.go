@@ -1,0 +1,211 @@
+package v1alpha1
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/subnet-operator/subnet-operator/api/v1alpha2"
+)
+
+// v1alpha2 is the hub and the storage version; this version is converted to
+// and from it (the manager serves the CRDs' conversion webhook with these
+// functions). The only difference is the pool reference: a name here, an
+// object {name, namespace} there.
+//
+// A v1alpha2 reference into another namespace cannot be said here. Converted
+// to v1alpha1 it keeps its name in spec.poolRef (or spec.parentRef) and the
+// whole reference travels in an annotation, so that a v1alpha1 client's
+// read-modify-write sends it back and the conversion to v1alpha2 restores
+// it: nothing is lost, as in Kubernetes' own lossy conversions.
+const (
+	// AnnotationPoolRef holds a Subnet's v1alpha2 spec.poolRef
+	// ("namespace/name") while it is read through v1alpha1.
+	AnnotationPoolRef = "ipam.subnet-operator.io/v1alpha2-pool-ref"
+	// AnnotationParentRef holds a SubnetPool's v1alpha2 spec.parentRef.
+	AnnotationParentRef = "ipam.subnet-operator.io/v1alpha2-parent-ref"
+)
+
+// ConvertSubnetToHub converts a v1alpha1 Subnet to v1alpha2. It leaves
+// TypeMeta alone: the caller allocated dst for its version.
+func ConvertSubnetToHub(_ context.Context, src *Subnet, dst *v1alpha2.Subnet) error {
+	ref, meta, err := referenceToHub(src.ObjectMeta, src.Spec.PoolRef, AnnotationPoolRef)
+	if err != nil {
+		return fmt.Errorf("Subnet %s/%s: %w", src.Namespace, src.Name, err)
+	}
+	dst.ObjectMeta = meta
+	dst.Spec = v1alpha2.SubnetSpec{
+		PoolRef:      ref,
+		CIDR:         src.Spec.CIDR,
+		PrefixLength: copyInt32(src.Spec.PrefixLength),
+	}
+	dst.Status = v1alpha2.SubnetStatus{
+		ObservedGeneration: src.Status.ObservedGeneration,
+		CIDR:               src.Status.CIDR,
+		Addresses:          src.Status.Addresses,
+		Conditions:         copyConditions(src.Status.Conditions),
+	}
+	return nil
+}
+
+// ConvertSubnetFromHub converts a v1alpha2 Subnet to v1alpha1.
+func ConvertSubnetFromHub(_ context.Context, src *v1alpha2.Subnet, dst *Subnet) error {
+	name, meta := referenceFromHub(src.ObjectMeta, src.Spec.PoolRef, AnnotationPoolRef)
+	dst.ObjectMeta = meta
+	dst.Spec = SubnetSpec{
+		PoolRef:      name,
+		CIDR:         src.Spec.CIDR,
+		PrefixLength: copyInt32(src.Spec.PrefixLength),
+	}
+	dst.Status = SubnetStatus{
+		ObservedGeneration: src.Status.ObservedGeneration,
+		CIDR:               src.Status.CIDR,
+		Addresses:          src.Status.Addresses,
+		Conditions:         copyConditions(src.Status.Conditions),
+	}
+	return nil
+}
+
+// ConvertSubnetPoolToHub converts a v1alpha1 SubnetPool to v1alpha2.
+func ConvertSubnetPoolToHub(_ context.Context, src *SubnetPool, dst *v1alpha2.SubnetPool) error {
+	ref, meta, err := referenceToHub(src.ObjectMeta, src.Spec.ParentRef, AnnotationParentRef)
+	if err != nil {
+		return fmt.Errorf("SubnetPool %s/%s: %w", src.Namespace, src.Name, err)
+	}
+	var parent *v1alpha2.PoolReference
+	if src.Spec.ParentRef != "" {
+		parent = &ref
+	}
+	dst.ObjectMeta = meta
+	dst.Spec = v1alpha2.SubnetPoolSpec{
+		CIDR:                src.Spec.CIDR,
+		ParentRef:           parent,
+		DefaultPrefixLength: copyInt32(src.Spec.DefaultPrefixLength),
+		MinPrefixLength:     copyInt32(src.Spec.MinPrefixLength),
+		MaxPrefixLength:     copyInt32(src.Spec.MaxPrefixLength),
+		Reserved:            copyStrings(src.Spec.Reserved),
+	}
+	s := &src.Status
+	dst.Status = v1alpha2.SubnetPoolStatus{
+		ObservedGeneration: s.ObservedGeneration,
+		CIDR:               s.CIDR,
+		Capacity:           s.Capacity,
+		Reserved:           s.Reserved,
+		Allocated:          s.Allocated,
+		Free:               s.Free,
+		Utilization:        s.Utilization,
+		UtilizationPercent: copyInt32(s.UtilizationPercent),
+		Subnets:            s.Subnets,
+		ChildPools:         s.ChildPools,
+		LargestFreeBlock:   s.LargestFreeBlock,
+		FreeBlocks:         copyStrings(s.FreeBlocks),
+		AllocatableBlocks:  s.AllocatableBlocks,
+		Conditions:         copyConditions(s.Conditions),
+	}
+	return nil
+}
+
+// ConvertSubnetPoolFromHub converts a v1alpha2 SubnetPool to v1alpha1.
+func ConvertSubnetPoolFromHub(_ context.Context, src *v1alpha2.SubnetPool, dst *SubnetPool) error {
+	meta := *src.ObjectMeta.DeepCopy()
+	parent := ""
+	if src.Spec.ParentRef != nil {
+		parent, meta = referenceFromHub(meta, *src.Spec.ParentRef, AnnotationParentRef)
+	}
+	dst.ObjectMeta = meta
+	dst.Spec = SubnetPoolSpec{
+		CIDR:                src.Spec.CIDR,
+		ParentRef:           parent,
+		DefaultPrefixLength: copyInt32(src.Spec.DefaultPrefixLength),
+		MinPrefixLength:     copyInt32(src.Spec.MinPrefixLength),
+		MaxPrefixLength:     copyInt32(src.Spec.MaxPrefixLength),
+		Reserved:            copyStrings(src.Spec.Reserved),
+	}
+	s := &src.Status
+	dst.Status = SubnetPoolStatus{
+		ObservedGeneration: s.ObservedGeneration,
+		CIDR:               s.CIDR,
+		Capacity:           s.Capacity,
+		Reserved:           s.Reserved,
+		Allocated:          s.Allocated,
+		Free:               s.Free,
+		Utilization:        s.Utilization,
+		UtilizationPercent: copyInt32(s.UtilizationPercent),
+		Subnets:            s.Subnets,
+		ChildPools:         s.ChildPools,
+		LargestFreeBlock:   s.LargestFreeBlock,
+		FreeBlocks:         copyStrings(s.FreeBlocks),
+		AllocatableBlocks:  s.AllocatableBlocks,
+		Conditions:         copyConditions(s.Conditions),
+	}
+	return nil
+}
+
+// referenceToHub makes the v1alpha2 reference of a v1alpha1 name: in the
+// object's own namespace, unless the annotation carries a reference that
+// still names the same pool (one that a v1alpha2 client wrote, sent back by
+// a v1alpha1 client): then that. The annotation is consumed; meta is a copy.
+func referenceToHub(meta metav1.ObjectMeta, name, annotation string) (v1alpha2.PoolReference, metav1.ObjectMeta, error) {
+	meta = *meta.DeepCopy()
+	ref := v1alpha2.PoolReference{Name: name, Namespace: meta.Namespace}
+	if carried, ok := meta.Annotations[annotation]; ok {
+		ns, carriedName, found := strings.Cut(carried, "/")
+		if !found || ns == "" || carriedName == "" {
+			return ref, meta, fmt.Errorf("annotation %s=%q is not namespace/name", annotation, carried)
+		}
+		if carriedName == name {
+			ref = v1alpha2.PoolReference{Name: carriedName, Namespace: ns}
+		}
+		delete(meta.Annotations, annotation)
+		if len(meta.Annotations) == 0 {
+			meta.Annotations = nil
+		}
+	}
+	return ref, meta, nil
+}
+
+// referenceFromHub is the v1alpha1 name of a v1alpha2 reference, and the
+// object's metadata with the annotation that carries a reference the name
+// cannot say (into another namespace). meta is a copy.
+func referenceFromHub(meta metav1.ObjectMeta, ref v1alpha2.PoolReference, annotation string) (string, metav1.ObjectMeta) {
+	meta = *meta.DeepCopy()
+	if ref.Namespace == "" || ref.Namespace == meta.Namespace {
+		return ref.Name, meta
+	}
+	annotations := maps.Clone(meta.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[annotation] = ref.Namespace + "/" + ref.Name
+	meta.Annotations = annotations
+	return ref.Name, meta
+}
+
+func copyInt32(p *int32) *int32 {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func copyStrings(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	return append([]string(nil), s...)
+}
+
+func copyConditions(c []metav1.Condition) []metav1.Condition {
+	if c == nil {
+		return nil
+	}
+	out := make([]metav1.Condition, len(c))
+	for i := range c {
+		c[i].DeepCopyInto(&out[i])
+	}
+	return out
+}

@@ -1,0 +1,160 @@
+package v1alpha2
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PoolReference names a SubnetPool: the pool a Subnet claims from, or the
+// parent a pool is carved from.
+type PoolReference struct {
+	// Name of the SubnetPool.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// Namespace of the SubnetPool. The defaulting webhook fills in the
+	// referring object's own namespace when it is left out, and an empty
+	// namespace means that namespace everywhere. References into another
+	// namespace are not served yet: admission refuses them and the
+	// controller does not grant them (reason NotAllowed).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// In returns the namespace the reference points into: its own, or
+// namespace (the referring object's) when it names none.
+func (r PoolReference) In(namespace string) string {
+	if r.Namespace != "" {
+		return r.Namespace
+	}
+	return namespace
+}
+
+// String is "namespace/name", or "name" when the namespace is left out.
+func (r PoolReference) String() string {
+	if r.Namespace == "" {
+		return r.Name
+	}
+	return r.Namespace + "/" + r.Name
+}
+
+// SubnetSpec claims a range from a pool: either an explicit cidr, or a
+// prefixLength that the controller allocates. With neither, the defaulting
+// webhook fills prefixLength from the pool's defaultPrefixLength (and the
+// controller falls back to it when the webhook was bypassed).
+//
+// The spec is immutable: a Subnet is a claim, and moving a claim means
+// releasing it (delete) and claiming anew (create). One field is written
+// once after creation: the controller records the range it allocated to a
+// prefixLength claim in spec.cidr (as the API server records a Service's
+// clusterIP), so that the Subnet asks for the same range again when it is
+// restored from a backup without status.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"
+// +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength)",message="prefixLength cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || has(self.cidr)",message="cidr cannot be removed: it is the range this Subnet claims (for a prefixLength claim, the range allocated to it)"
+type SubnetSpec struct {
+	// PoolRef is the SubnetPool the range is claimed from. Its namespace
+	// defaults to the Subnet's own. Immutable. The pool need not exist yet:
+	// the Subnet waits (Ready=False, reason PoolNotFound) until it does.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="poolRef is immutable"
+	PoolRef PoolReference `json:"poolRef"`
+
+	// CIDR is an explicit range to claim, in canonical form (10.0.1.0/24,
+	// 2001:db8:0:1::/64). Host bits must be zero. Immutable once set.
+	//
+	// On a prefixLength claim the controller sets it, once, to the range it
+	// allocated (status.cidr); a Subnet created with both, as a restore
+	// from a backup does, asks for that range again. Leave it out of
+	// manifests you apply: an apply that omits it keeps it.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.1.0/24 or 2001:db8:0:1::/64 (no zone, no leading zeros, no IPv4-mapped IPv6)"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cidr is immutable"
+	CIDR string `json:"cidr,omitempty"`
+
+	// PrefixLength asks the controller to allocate a free range of this
+	// length from the pool (best fit: the smallest free block that holds it,
+	// lowest address first). Immutable.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=128
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="prefixLength is immutable"
+	PrefixLength *int32 `json:"prefixLength,omitempty"`
+}
+
+// SubnetStatus is what the controller decided for the claim.
+type SubnetStatus struct {
+	// ObservedGeneration is the generation of the spec this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// CIDR is the range this Subnet holds: spec.cidr once confirmed, or the
+	// range the controller allocated. Set only while Ready is True, and
+	// never changed once set.
+	// +optional
+	CIDR string `json:"cidr,omitempty"`
+
+	// Addresses is the number of addresses in status.cidr, as a decimal
+	// string (an IPv6 /64 holds 2^64).
+	// +optional
+	Addresses string `json:"addresses,omitempty"`
+
+	// Conditions: Ready, with reason Allocated when the range is held, or
+	// PoolNotFound, PoolNotReady, Overlaps, PoolExhausted, OutOfRange while
+	// it is not.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// Subnet is a range claimed from a SubnetPool.
+//
+// The CIDR column is spec.cidr: the range asked for, or the range allocated
+// to a prefixLength claim; State says whether the Subnet holds it (Held,
+// with -o wide, is status.cidr).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.cidr) || has(oldSelf.spec.cidr) || (has(oldSelf.status) && has(oldSelf.status.cidr) && self.spec.cidr == oldSelf.status.cidr)",message="spec.cidr can be added after creation only to record the range the Subnet holds (status.cidr); to claim another range, create a new Subnet"
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sn,categories=ipam
+// +kubebuilder:storageversion
+// +kubebuilder:selectablefield:JSONPath=`.spec.poolRef.name`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.poolRef.name`
+// +kubebuilder:printcolumn:name="Pool Namespace",type=string,JSONPath=`.spec.poolRef.namespace`,priority=1
+// +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`
+// +kubebuilder:printcolumn:name="Length",type=integer,JSONPath=`.spec.prefixLength`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.cidr`,priority=1
+// +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=`.status.addresses`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Subnet struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec SubnetSpec `json:"spec"`
+
+	// +optional
+	Status SubnetStatus `json:"status,omitempty"`
+}
+
+// SubnetList is a list of Subnets.
+//
+// +kubebuilder:object:root=true
+type SubnetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Subnet `json:"items"`
+}
