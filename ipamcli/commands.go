@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
 // errNoRange: kubectl ipam next printed why no range would be allocated;
@@ -192,10 +192,37 @@ Subnet that holds it. Every namespace unless --namespace is given.`,
 			return out().whoHas(args[0], holders)
 		},
 	}
+	var pageSize int64
+	migrate := &cobra.Command{
+		Use:   "migrate-storage",
+		Short: "Rewrite every SubnetPool and Subnet in the CRDs' storage version (after an upgrade)",
+		Long: `Rewrite every SubnetPool and Subnet, in every namespace, in the version the
+CRDs store (a no-op update each: nothing else changes), then record in both
+CRDs' status.storedVersions that nothing is stored in an older version.
+Run it after an upgrade that adds an API version (docs/operations.md): the
+API server then needs the operator's conversion webhook no more to read
+what is stored, and the old version can later be removed from the CRDs.
+Needs update on SubnetPools and Subnets and patch on
+customresourcedefinitions/status. Safe to run again, and while the operator
+runs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := setup()
+			if err != nil {
+				return err
+			}
+			r, err := MigrateStorage(cmd.Context(), c, pageSize)
+			if err != nil {
+				return err
+			}
+			return out().migration(r)
+		},
+	}
+	migrate.Flags().Int64Var(&pageSize, "chunk-size", 500, "Objects read per list request")
 	for _, c := range []*cobra.Command{tree, whoHas} {
 		c.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "Every namespace (the default for this command)")
 	}
-	root.AddCommand(tree, free, next, whoHas)
+	root.AddCommand(tree, free, next, whoHas, migrate)
 	return root
 }
 

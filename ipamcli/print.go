@@ -176,3 +176,22 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+func (p printer) migration(r MigrationReport) error {
+	if ok, err := p.structured(r); ok {
+		return err
+	}
+	_, err := fmt.Fprintf(p.out, "Rewrote %d SubnetPools and %d Subnets in %s; both CRDs now record only %s as stored (before: %s).\n",
+		r.Pools, r.Subnets, r.StorageVersion, r.StorageVersion, storedBefore(r.StoredVersionsBefore))
+	return err
+}
+
+// storedBefore lists the CRDs' storedVersions before a migration, in the
+// order of migratedCRDs.
+func storedBefore(before map[string][]string) string {
+	parts := make([]string, 0, len(before))
+	for _, name := range migratedCRDs {
+		parts = append(parts, fmt.Sprintf("%s %v", name, before[name]))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -125,6 +125,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	return cp, nil
 }
 
+// EtcdURL is etcd's client address (plain HTTP on 127.0.0.1), for tests
+// that read what the API server stored.
+func (cp *ControlPlane) EtcdURL() string { return "http://127.0.0.1:" + itoa(cp.etcdPort) }
+
 func (cp *ControlPlane) startEtcd(peerPort int) error {
 	data := filepath.Join(cp.Dir, "etcd")
 	client := "http://127.0.0.1:" + itoa(cp.etcdPort)
