@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -142,11 +143,15 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 	// with the cache's index. Subnets are asked for in the pool's namespace
 	// only: a selectable field cannot fall back to the Subnet's own
 	// namespace, and references from other namespaces are not granted yet
-	// (docs/design/tenancy.md, step 3).
+	// (docs/design/tenancy.md, step 3). The list is of the Subnets that name
+	// the pool, which the ledger says are none: no limit is needed.
 	var subnets ipamv1.SubnetList
-	if err := r.APIReader.List(ctx, &subnets, client.InNamespace(p.Namespace), client.MatchingFields{FieldSubnetPoolRef: p.Name}, client.Limit(1)); err != nil {
+	if err := r.APIReader.List(ctx, &subnets, client.InNamespace(p.Namespace), client.MatchingFields{FieldSubnetPoolRef: p.Name}); err != nil {
 		return false, err
 	}
+	// The field selector matches the name only: a Subnet here that names a
+	// pool of that name in another namespace does not use this one.
+	subnets.Items = slices.DeleteFunc(subnets.Items, func(s ipamv1.Subnet) bool { return s.Spec.PoolRef.In(s.Namespace) != p.Namespace })
 	var children ipamv1.SubnetPoolList
 	if err := r.Client.List(ctx, &children, client.MatchingFields{IndexPoolParentRef: ParentKey(p.Namespace, p.Name)}, client.Limit(1)); err != nil {
 		return false, err

@@ -2,8 +2,6 @@ package v1alpha1
 
 import (
 	"context"
-	"fmt"
-	"maps"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,10 +30,7 @@ const (
 // ConvertSubnetToHub converts a v1alpha1 Subnet to v1alpha2. It leaves
 // TypeMeta alone: the caller allocated dst for its version.
 func ConvertSubnetToHub(_ context.Context, src *Subnet, dst *v1alpha2.Subnet) error {
-	ref, meta, err := referenceToHub(src.ObjectMeta, src.Spec.PoolRef, AnnotationPoolRef)
-	if err != nil {
-		return fmt.Errorf("Subnet %s/%s: %w", src.Namespace, src.Name, err)
-	}
+	ref, meta := referenceToHub(src.ObjectMeta, src.Spec.PoolRef, AnnotationPoolRef)
 	dst.ObjectMeta = meta
 	dst.Spec = v1alpha2.SubnetSpec{
 		PoolRef:      ref,
@@ -71,10 +66,7 @@ func ConvertSubnetFromHub(_ context.Context, src *v1alpha2.Subnet, dst *Subnet) 
 
 // ConvertSubnetPoolToHub converts a v1alpha1 SubnetPool to v1alpha2.
 func ConvertSubnetPoolToHub(_ context.Context, src *SubnetPool, dst *v1alpha2.SubnetPool) error {
-	ref, meta, err := referenceToHub(src.ObjectMeta, src.Spec.ParentRef, AnnotationParentRef)
-	if err != nil {
-		return fmt.Errorf("SubnetPool %s/%s: %w", src.Namespace, src.Name, err)
-	}
+	ref, meta := referenceToHub(src.ObjectMeta, src.Spec.ParentRef, AnnotationParentRef)
 	var parent *v1alpha2.PoolReference
 	if src.Spec.ParentRef != "" {
 		parent = &ref
@@ -110,11 +102,11 @@ func ConvertSubnetPoolToHub(_ context.Context, src *SubnetPool, dst *v1alpha2.Su
 
 // ConvertSubnetPoolFromHub converts a v1alpha2 SubnetPool to v1alpha1.
 func ConvertSubnetPoolFromHub(_ context.Context, src *v1alpha2.SubnetPool, dst *SubnetPool) error {
-	meta := *src.ObjectMeta.DeepCopy()
-	parent := ""
+	var ref v1alpha2.PoolReference // none: a root pool
 	if src.Spec.ParentRef != nil {
-		parent, meta = referenceFromHub(meta, *src.Spec.ParentRef, AnnotationParentRef)
+		ref = *src.Spec.ParentRef
 	}
+	parent, meta := referenceFromHub(src.ObjectMeta, ref, AnnotationParentRef)
 	dst.ObjectMeta = meta
 	dst.Spec = SubnetPoolSpec{
 		CIDR:                src.Spec.CIDR,
@@ -148,15 +140,17 @@ func ConvertSubnetPoolFromHub(_ context.Context, src *v1alpha2.SubnetPool, dst *
 // object's own namespace, unless the annotation carries a reference that
 // still names the same pool (one that a v1alpha2 client wrote, sent back by
 // a v1alpha1 client): then that. The annotation is consumed; meta is a copy.
-func referenceToHub(meta metav1.ObjectMeta, name, annotation string) (v1alpha2.PoolReference, metav1.ObjectMeta, error) {
+// One that is not namespace/name is dropped: failing would fail a whole
+// list of objects stored as v1alpha1. A v1alpha1 client can write the
+// annotation too; that an update does not change the reference is the
+// admission webhooks' check (the reference is immutable), done on the
+// converted object.
+func referenceToHub(meta metav1.ObjectMeta, name, annotation string) (v1alpha2.PoolReference, metav1.ObjectMeta) {
 	meta = *meta.DeepCopy()
 	ref := v1alpha2.PoolReference{Name: name, Namespace: meta.Namespace}
 	if carried, ok := meta.Annotations[annotation]; ok {
 		ns, carriedName, found := strings.Cut(carried, "/")
-		if !found || ns == "" || carriedName == "" {
-			return ref, meta, fmt.Errorf("annotation %s=%q is not namespace/name", annotation, carried)
-		}
-		if carriedName == name {
+		if found && ns != "" && carriedName != "" && carriedName == name {
 			ref = v1alpha2.PoolReference{Name: carriedName, Namespace: ns}
 		}
 		delete(meta.Annotations, annotation)
@@ -164,23 +158,26 @@ func referenceToHub(meta metav1.ObjectMeta, name, annotation string) (v1alpha2.P
 			meta.Annotations = nil
 		}
 	}
-	return ref, meta, nil
+	return ref, meta
 }
 
 // referenceFromHub is the v1alpha1 name of a v1alpha2 reference, and the
 // object's metadata with the annotation that carries a reference the name
-// cannot say (into another namespace). meta is a copy.
+// cannot say (into another namespace), and without one a v1alpha2 client
+// wrote itself: the annotation says only what the reference says. meta is
+// a copy.
 func referenceFromHub(meta metav1.ObjectMeta, ref v1alpha2.PoolReference, annotation string) (string, metav1.ObjectMeta) {
 	meta = *meta.DeepCopy()
-	if ref.Namespace == "" || ref.Namespace == meta.Namespace {
-		return ref.Name, meta
+	delete(meta.Annotations, annotation)
+	if ref.Namespace != "" && ref.Namespace != meta.Namespace {
+		if meta.Annotations == nil {
+			meta.Annotations = map[string]string{}
+		}
+		meta.Annotations[annotation] = ref.Namespace + "/" + ref.Name
 	}
-	annotations := maps.Clone(meta.Annotations)
-	if annotations == nil {
-		annotations = map[string]string{}
+	if len(meta.Annotations) == 0 {
+		meta.Annotations = nil
 	}
-	annotations[annotation] = ref.Namespace + "/" + ref.Name
-	meta.Annotations = annotations
 	return ref.Name, meta
 }
 

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,8 +26,23 @@ func filler(seed int64) *randfill.Filler {
 		func(m *metav1.ObjectMeta, c randfill.Continue) {
 			c.FillNoCustom(m)
 			m.Namespace = pick(c)
+			// The annotations that carry references, as a client may write
+			// them: well formed or not, agreeing with the reference or not.
 			for _, reserved := range []string{AnnotationPoolRef, AnnotationParentRef} {
-				delete(m.Annotations, reserved)
+				switch c.Intn(4) {
+				case 0:
+					delete(m.Annotations, reserved)
+				case 1:
+					if m.Annotations == nil {
+						m.Annotations = map[string]string{}
+					}
+					m.Annotations[reserved] = pick(c) + "/" + pick(c)
+				case 2:
+					if m.Annotations == nil {
+						m.Annotations = map[string]string{}
+					}
+					m.Annotations[reserved] = pick(c)
+				}
 			}
 		},
 		func(r *v1alpha2.PoolReference, c randfill.Continue) {
@@ -54,6 +70,29 @@ func sameNamespace(ref *v1alpha2.PoolReference, own string) {
 	}
 }
 
+// withoutAnnotation is meta without the reserved annotation: a v1alpha2
+// object's copy of it is not data, and does not survive a round trip.
+func withoutAnnotation(meta *metav1.ObjectMeta, annotation string) {
+	delete(meta.Annotations, annotation)
+	if len(meta.Annotations) == 0 {
+		meta.Annotations = nil
+	}
+}
+
+// carriedByV1alpha1 is what a v1alpha1 object's reserved annotation means
+// after a round trip through v1alpha2: kept if it names, in another
+// namespace, the pool the reference names; otherwise dropped.
+func carriedByV1alpha1(meta *metav1.ObjectMeta, name, annotation string) {
+	carried, ok := meta.Annotations[annotation]
+	if !ok {
+		return
+	}
+	ns, carriedName, found := strings.Cut(carried, "/")
+	if !found || ns == "" || ns == meta.Namespace || name == "" || carriedName != name {
+		withoutAnnotation(meta, annotation)
+	}
+}
+
 func TestSubnetRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	f := filler(1)
@@ -71,6 +110,7 @@ func TestSubnetRoundTrips(t *testing.T) {
 		want := hub.DeepCopy()
 		want.TypeMeta = metav1.TypeMeta{}
 		sameNamespace(&want.Spec.PoolRef, want.Namespace)
+		withoutAnnotation(&want.ObjectMeta, AnnotationPoolRef)
 		if !apiequality.Semantic.DeepEqual(want, &back) {
 			t.Fatalf("v1alpha2 -> v1alpha1 -> v1alpha2 (-want +got):\n%s", cmp.Diff(want, &back))
 		}
@@ -82,7 +122,7 @@ func TestSubnetRoundTrips(t *testing.T) {
 		if err := ConvertSubnetToHub(ctx, &spoke, &hub); err != nil {
 			t.Fatal(err)
 		}
-		if hub.Spec.PoolRef.Namespace != spoke.Namespace {
+		if _, carried := spoke.Annotations[AnnotationPoolRef]; !carried && hub.Spec.PoolRef.Namespace != spoke.Namespace {
 			t.Fatalf("poolRef %q of a Subnet in %q became %+v", spoke.Spec.PoolRef, spoke.Namespace, hub.Spec.PoolRef)
 		}
 		var back Subnet
@@ -91,6 +131,7 @@ func TestSubnetRoundTrips(t *testing.T) {
 		}
 		want := spoke.DeepCopy()
 		want.TypeMeta = metav1.TypeMeta{}
+		carriedByV1alpha1(&want.ObjectMeta, want.Spec.PoolRef, AnnotationPoolRef)
 		if !apiequality.Semantic.DeepEqual(want, &back) {
 			t.Fatalf("v1alpha1 -> v1alpha2 -> v1alpha1 (-want +got):\n%s", cmp.Diff(want, &back))
 		}
@@ -114,6 +155,7 @@ func TestSubnetPoolRoundTrips(t *testing.T) {
 		want := hub.DeepCopy()
 		want.TypeMeta = metav1.TypeMeta{}
 		sameNamespace(want.Spec.ParentRef, want.Namespace)
+		withoutAnnotation(&want.ObjectMeta, AnnotationParentRef)
 		if !apiequality.Semantic.DeepEqual(want, &back) {
 			t.Fatalf("v1alpha2 -> v1alpha1 -> v1alpha2 (-want +got):\n%s", cmp.Diff(want, &back))
 		}
@@ -131,6 +173,7 @@ func TestSubnetPoolRoundTrips(t *testing.T) {
 		}
 		want := spoke.DeepCopy()
 		want.TypeMeta = metav1.TypeMeta{}
+		carriedByV1alpha1(&want.ObjectMeta, want.Spec.ParentRef, AnnotationParentRef)
 		if !apiequality.Semantic.DeepEqual(want, &back) {
 			t.Fatalf("v1alpha1 -> v1alpha2 -> v1alpha1 (-want +got):\n%s", cmp.Diff(want, &back))
 		}
@@ -164,9 +207,25 @@ func TestCrossNamespaceReferenceSurvivesV1alpha1(t *testing.T) {
 		t.Fatalf("back in v1alpha2: poolRef %+v, annotations %v, labels %v", back.Spec.PoolRef, back.Annotations, back.Labels)
 	}
 
-	// A malformed annotation is an error, not a silent guess.
-	spoke.Annotations[AnnotationPoolRef] = "corp"
-	if err := ConvertSubnetToHub(ctx, &spoke, &back); err == nil {
-		t.Error("a malformed annotation converted")
+	// A malformed annotation, or one that names another pool, is dropped:
+	// the reference is the name, in the object's namespace. (Whether an
+	// update may change the reference is admission's check.)
+	for _, carried := range []string{"corp", "netops/other", "/corp"} {
+		spoke.Annotations = map[string]string{AnnotationPoolRef: carried}
+		if err := ConvertSubnetToHub(ctx, &spoke, &back); err != nil {
+			t.Fatal(err)
+		}
+		if want := (v1alpha2.PoolReference{Namespace: "team-a", Name: "corp"}); back.Spec.PoolRef != want || len(back.Annotations) != 0 {
+			t.Errorf("annotation %q: poolRef %+v, annotations %v", carried, back.Spec.PoolRef, back.Annotations)
+		}
+	}
+	// A v1alpha2 client's own copy of the annotation is not passed on.
+	hub.Annotations = map[string]string{AnnotationPoolRef: "netops/spoofed"}
+	hub.Spec.PoolRef = v1alpha2.PoolReference{Namespace: "team-a", Name: "spoofed"}
+	if err := ConvertSubnetFromHub(ctx, hub, &spoke); err != nil {
+		t.Fatal(err)
+	}
+	if len(spoke.Annotations) != 0 {
+		t.Errorf("v1alpha1 shows %v for a reference in the object's own namespace", spoke.Annotations)
 	}
 }
