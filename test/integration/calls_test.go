@@ -76,16 +76,16 @@ func TestWebhookCallsPerLifecycle(t *testing.T) {
 		}
 		return nil
 	})
-	// dyn and exp write their pool's namespace out, so they need no
-	// defaulting; dflt leaves the namespace and the length to the defaulter
-	// (a manifest that leaves out the namespace costs that call).
+	// None writes its pool's namespace: the admission policy fills it
+	// (config/admission-policy) without a webhook call; dflt also leaves
+	// its length to the defaulter.
 	dflt := newSubnet(ns, "dflt", "p", 0)
 	dflt.Spec.PrefixLength = nil // the defaulter fills it from the pool
-	dyn, exp := newSubnet(ns, "dyn", "p", 26), explicitSubnet(ns, "exp", "p", "10.77.5.0/24")
-	dyn.Spec.PoolRef.Namespace, exp.Spec.PoolRef.Namespace = ns, ns
-	create(t, dyn, exp, dflt)
+	create(t, newSubnet(ns, "dyn", "p", 26), explicitSubnet(ns, "exp", "p", "10.77.5.0/24"), dflt)
 	for _, name := range []string{"dyn", "exp", "dflt"} {
-		subnetReason(t, ns, name, ipamv1.ReasonAllocated)
+		if s := subnetReason(t, ns, name, ipamv1.ReasonAllocated); s.Spec.PoolRef != (ipamv1.PoolReference{Namespace: ns, Name: "p"}) {
+			t.Errorf("%s: poolRef %+v, want the namespace filled", name, s.Spec.PoolRef)
+		}
 	}
 	if s := subnetReason(t, ns, "dflt", ipamv1.ReasonAllocated); s.Spec.PrefixLength == nil || *s.Spec.PrefixLength != 24 {
 		t.Errorf("dflt: prefixLength %v, want the pool's default 24", s.Spec.PrefixLength)
@@ -140,7 +140,7 @@ func TestWebhookCallsPerLifecycle(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"msubnet CREATE":     1, // only dflt needed defaulting (its length and its pool's namespace)
+		"msubnet CREATE":     1, // only dflt needed defaulting (its length)
 		"vsubnet CREATE":     3,
 		"msubnetpool CREATE": 1,
 		"vsubnetpool CREATE": 1,
