@@ -751,9 +751,13 @@ func (g *generator) createChildPool(ns *nsPlan) *request {
 }
 
 func (g *generator) poolCreate(ns *nsPlan, op, name string, p *poolPlan) *request {
+	o := poolObject(ns.name, name, p)
+	if o.Spec.ParentRef != nil && g.chance(0.3) {
+		o.Spec.ParentRef.Namespace = ns.name
+	}
 	return &request{
 		rec:    opRecord{Op: op, Verb: "create", Kind: kindPool, Namespace: ns.name, Name: name, Ref: p.parent, CIDR: p.cidr.String()},
-		create: poolObject(ns.name, name, p),
+		create: o,
 		apply: func(rec *opRecord) {
 			if rec.Outcome == outcomeCreated {
 				ns.pools[name] = p
@@ -943,6 +947,11 @@ func (g *generator) subnetRequest(ns *nsPlan, name, pool string, cidr netip.Pref
 	if cidr.IsValid() {
 		s.Spec.CIDR = cidr.String()
 		op = opCreateExplicit
+	}
+	// Clients write the pool's namespace out, or leave it to admission to
+	// fill (the defaulting webhook's match condition skips the former).
+	if g.chance(0.3) {
+		s.Spec.PoolRef.Namespace = ns.name
 	}
 	plan := &subnetPlan{pool: pool, cidr: cidr, length: length}
 	return &request{

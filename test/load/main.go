@@ -47,6 +47,7 @@ func main() {
 	records := flag.Bool("records", true, "Wait until the manager has recorded every dynamic Subnet's range in its spec.cidr, so the costs include the records (false for a build from before durable allocations).")
 	restart := flag.Bool("restart", false, "After the creates, restart the manager and report its start-up over the N Subnets: time to ready, peak RSS, RSS after a GC.")
 	out := flag.String("out", "", "Also append the report to this file.")
+	flag.BoolVar(&writePoolNamespace, "write-pool-namespace", false, "The Subnets write their pool's namespace (spec.poolRef.namespace), which admission fills otherwise.")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the figures are the output
 	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *managerEnv, *modes, *profiles, *out, *restart, *records); err != nil {

@@ -196,10 +196,17 @@ func explicitCIDR(k int) string {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), subnetLength).String()
 }
 
+// writePoolNamespace: the Subnets write their pool's namespace, which
+// admission otherwise fills (-write-pool-namespace).
+var writePoolNamespace bool
+
 func newSubnet(i, explicitEvery int) (*ipamv1.Subnet, bool) {
 	s := &ipamv1.Subnet{
 		ObjectMeta: metav1.ObjectMeta{Name: subnetName(i), Namespace: namespace},
 		Spec:       ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: poolName}},
+	}
+	if writePoolNamespace {
+		s.Spec.PoolRef.Namespace = namespace
 	}
 	if explicitEvery > 0 && i%explicitEvery == 0 {
 		s.Spec.CIDR = explicitCIDR(i / explicitEvery)
