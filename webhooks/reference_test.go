@@ -104,3 +104,30 @@ func TestReferenceRules(t *testing.T) {
 	_, err = w.poolValidator().ValidateCreate(withOp(admissionv1.Create), self)
 	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Invalid(field.NewPath("spec", "parentRef"), "", "")}, fieldErrors(t, err))
 }
+
+// An update of an object stored without its reference's namespace (the
+// webhooks were bypassed) that writes the object's own namespace changes
+// nothing, and is not refused as a change; one into another namespace is.
+func TestReferenceUpdatesCompareResolved(t *testing.T) {
+	w := baseWorld()
+	stored := subnet("x", "p", "10.0.3.0/24")
+	stored.Spec.PoolRef.Namespace = ""
+	same := stored.DeepCopy()
+	same.Spec.PoolRef.Namespace = ns
+	same.Labels = map[string]string{"team": "a"}
+	if _, err := w.subnetValidator().ValidateUpdate(withOp(admissionv1.Update), stored, same); err != nil {
+		t.Errorf("same pool, namespace written: %v", err)
+	}
+	moved := stored.DeepCopy()
+	moved.Spec.PoolRef.Namespace = "elsewhere"
+	_, err := w.subnetValidator().ValidateUpdate(withOp(admissionv1.Update), stored, moved)
+	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Invalid(field.NewPath("spec", "poolRef"), "", "")}, fieldErrors(t, err))
+
+	pool := child("c", "p", "10.0.64.0/24")
+	pool.Spec.ParentRef.Namespace = ""
+	samePool := pool.DeepCopy()
+	samePool.Spec.ParentRef.Namespace = ns
+	if _, err := w.poolValidator().ValidateUpdate(withUpdate(pool), pool, samePool); err != nil {
+		t.Errorf("same parent, namespace written: %v", err)
+	}
+}

@@ -21,9 +21,11 @@ import (
 // outage would block Subnet and namespace deletion for nothing.
 // timeoutSeconds is explicit, and above every bound the webhooks put on
 // their own waits (Options), so a caller reads our answer.
-// The validating webhook sees creates only: a Subnet's spec is immutable
-// (the CRD's transition rules refuse a change before validating webhooks
-// run), so an update has nothing left to check. The defaulting webhook sees
+// The validating webhook sees creates, and the updates that change the
+// converted spec.poolRef: a Subnet's spec is immutable (the CRD's
+// transition rules refuse a change before validating webhooks run), but a
+// v1alpha1 request is checked in v1alpha1, where the reference is a name
+// and its namespace travels in an annotation. The defaulting webhook sees
 // the one update it has something to do for (an update that leaves out the
 // recorded spec.cidr: see Default). config/webhook adds matchConditions, so
 // the API server calls either webhook only when its answer can matter.
@@ -131,8 +133,8 @@ func (v *SubnetValidator) ValidateCreate(ctx context.Context, s *ipamv1.Subnet) 
 }
 
 // ValidateUpdate implements admission.Validator. The webhook configuration
-// does not send UPDATE (the schema refuses spec changes first); should it be
-// configured to, it refuses the same changes.
+// sends only updates whose spec.poolRef differs from the stored one (see
+// the markers above); it refuses the same changes the schema does.
 func (v *SubnetValidator) ValidateUpdate(ctx context.Context, old, s *ipamv1.Subnet) (admission.Warnings, error) {
 	return v.validate(ctx, old, s)
 }
@@ -209,7 +211,9 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 func validateSubnetUpdate(old, s *ipamv1.Subnet) verdict {
 	var v verdict
 	const msg = "is immutable: delete the Subnet and create a new one to claim another range"
-	if s.Spec.PoolRef != old.Spec.PoolRef {
+	// Compared as resolved: a reference stored without its namespace (the
+	// webhooks bypassed) and one that writes the object's own are the same.
+	if !sameReference(&old.Spec.PoolRef, &s.Spec.PoolRef, s.Namespace) {
 		v.add(reasonImmutable, field.Invalid(specPath.Child("poolRef"), s.Spec.PoolRef.String(), msg))
 	}
 	// The one change allowed: the controller records the range a
@@ -226,4 +230,13 @@ func validateSubnetUpdate(old, s *ipamv1.Subnet) verdict {
 		v.add(reasonImmutable, field.Invalid(specPath.Child("prefixLength"), value, msg))
 	}
 	return v
+}
+
+// sameReference reports whether two optional references made from
+// namespace name the same pool: an empty namespace is namespace.
+func sameReference(a, b *ipamv1.PoolReference, namespace string) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Name == b.Name && a.In(namespace) == b.In(namespace)
 }

@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -139,7 +138,7 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 		oldSpec = &old.Spec
 	}
 	res.merge(validatePoolSpec(p.Namespace, p.Name, &p.Spec, oldSpec, specPath))
-	if old != nil && !ptr.Equal(old.Spec.ParentRef, p.Spec.ParentRef) {
+	if old != nil && !sameReference(old.Spec.ParentRef, p.Spec.ParentRef, p.Namespace) {
 		res.add(reasonImmutable, field.Invalid(specPath.Child("parentRef"), refString(p.Spec.ParentRef), "is immutable: create a new pool under the other parent"))
 	}
 	if len(res.errs) > 0 {
