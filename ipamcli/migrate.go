@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -103,11 +103,15 @@ func rewriteAll(ctx context.Context, c client.Client, list client.ObjectList, pa
 		if err := c.List(ctx, list, opts...); err != nil {
 			return rewritten, err
 		}
-		items, err := listItems(list)
+		items, err := meta.ExtractList(list) // pointers into the list's items
 		if err != nil {
 			return rewritten, err
 		}
-		for _, o := range items {
+		for _, item := range items {
+			o, ok := item.(client.Object)
+			if !ok {
+				return rewritten, fmt.Errorf("cannot rewrite a %T", item)
+			}
 			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				err := c.Update(ctx, o)
 				if apierrors.IsConflict(err) {
@@ -126,33 +130,10 @@ func rewriteAll(ctx context.Context, c client.Client, list client.ObjectList, pa
 				rewritten++
 			}
 		}
-		next := list.(metav1.ListInterface).GetContinue()
+		next := list.GetContinue()
 		if next == "" {
 			return rewritten, nil
 		}
 		opts = []client.ListOption{client.Limit(pageSize), client.Continue(next)}
 	}
-}
-
-// listItems returns pointers to the items of a pool or Subnet list.
-func listItems(list client.ObjectList) ([]client.Object, error) {
-	switch l := list.(type) {
-	case *ipamv1.SubnetPoolList:
-		return pointers(l.Items), nil
-	case *ipamv1.SubnetList:
-		return pointers(l.Items), nil
-	default:
-		return nil, fmt.Errorf("cannot rewrite a %T", list)
-	}
-}
-
-func pointers[T any, PT interface {
-	*T
-	client.Object
-}](items []T) []client.Object {
-	out := make([]client.Object, 0, len(items))
-	for i := range items {
-		out = append(out, PT(&items[i]))
-	}
-	return out
 }
