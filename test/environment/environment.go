@@ -171,6 +171,9 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 	if err := env.waitCAInjected(ctx); err != nil {
 		return nil, err
 	}
+	if err := env.waitAdmissionPolicy(ctx); err != nil {
+		return nil, err
+	}
 	return env, nil
 }
 
@@ -388,6 +391,32 @@ func (env *Environment) waitCAInjected(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) {
 			return errors.New("cainjector did not inject the CA into the webhook configurations and the CRDs")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitAdmissionPolicy waits until the API server can apply
+// config/admission-policy to a Subnet. It needs the CRD's schema for that,
+// which it reads from its own OpenAPI every 5 s; until then a create that the
+// policy matches fails with 503 ("Resource kind ... not found"), whatever
+// the policy's failurePolicy. A server-side dry run goes through the whole
+// admission chain and writes nothing: any answer but that 503 means ready.
+func (env *Environment) waitAdmissionPolicy(ctx context.Context) error {
+	probe := []byte("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\n" +
+		"metadata: {name: admission-ready, namespace: default}\nspec: {poolRef: {name: admission-ready}, prefixLength: 24}\n")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, stderr, _ := env.KubectlOutput(ctx, env.Kubeconfig, probe, "create", "--dry-run=server", "-f", "-")
+		if !strings.Contains(stderr, "(ServiceUnavailable)") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the API server cannot apply the admission policy to Subnets yet: %s", stderr)
 		}
 		select {
 		case <-ctx.Done():
