@@ -81,7 +81,7 @@ func (b *book) decideSubnet(c *claim) (Decision, []claimID) {
 	if c.invalidSpec {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec, Message: "spec.cidr is not a canonical CIDR; delete the Subnet and create it with a valid one"}, nil
 	}
-	if d, ok := notAllowed(c); !ok {
+	if d, ok := b.notAllowed(c); !ok {
 		return d, nil
 	}
 	s := b.slots[c.pool]
@@ -158,7 +158,7 @@ func (b *book) decidePool(s *slot) (Decision, []claimID) {
 		return Decision{Reason: ipamv1.ReasonCycle, CIDR: granted, Message: "parentRef chain leads back to this pool: " + chain}, nil
 	}
 	c := b.claim(s.self)
-	if d, ok := notAllowed(c); !ok && !c.holds().IsValid() {
+	if d, ok := b.notAllowed(c); !ok && !c.holds().IsValid() {
 		return d, nil
 	}
 	parent := b.slots[p.parent]
@@ -180,19 +180,6 @@ func (b *book) decidePool(s *slot) (Decision, []claimID) {
 		d.Message = fmt.Sprintf("cannot change to %s: %s; still serving %s", c.requested, d.Message, held)
 	}
 	return d, wake
-}
-
-// notAllowed refuses a claim on a pool in another namespace: until pools
-// say which namespaces may claim from them (docs/design/tenancy.md), every
-// pool allows only its own. Admission refuses such references first; this
-// holds when it was bypassed. A range already held is never taken away, so
-// callers ask only for claims that hold nothing.
-func notAllowed(c *claim) (Decision, bool) {
-	if from, pool := c.id.namespace(), c.pool.namespace(); from != pool {
-		return Decision{Reason: ipamv1.ReasonNotAllowed, Message: fmt.Sprintf(
-			"SubnetPool %s allows claims only from its own namespace %s, not from %s: references across namespaces are not served yet", c.pool, pool, from)}, false
-	}
-	return Decision{}, true
 }
 
 // serving is the decision for a pool that serves (or, a child pool, was
@@ -282,6 +269,9 @@ func (b *book) decideRequest(s *slot, c *claim) (Decision, []claimID) {
 // after a sweep: it lies outside the pool's rules, a child pool's own claims
 // lie outside the range it asks for, or a held range overlaps it.
 func (b *book) whyNotGranted(s *slot, c *claim) Decision {
+	if d, ok := b.notAllowed(c); !ok {
+		return d
+	}
 	if why := b.outOfRange(s, c); why != "" {
 		return Decision{Reason: ipamv1.ReasonOutOfRange, Message: why}
 	}
@@ -351,7 +341,9 @@ func (b *book) sweep(s *slot) []claimID {
 	s.sweep = false
 	var wake []claimID
 	for _, c := range b.pendingRequests(s) {
-		if c.unconfirmed() || b.outOfRange(s, c) != "" || b.holderOverlapping(s, c, c.requested) != nil || len(b.outsideResize(c)) > 0 {
+		// A claim whose namespace the pool does not allow gets no new
+		// range (it keeps one it holds).
+		if c.unconfirmed() || !b.allowed(c) || b.outOfRange(s, c) != "" || b.holderOverlapping(s, c, c.requested) != nil || len(b.outsideResize(c)) > 0 {
 			continue
 		}
 		// The request is inside the pool, off its reserved ranges and no

@@ -14,7 +14,7 @@ import (
 // kind the namespace holds.
 type Watermark struct {
 	Kind            string // statuscalc.KindSubnet or statuscalc.KindSubnetPool
-	Namespace       string
+	Namespace       string // "": every namespace (a pool shared across namespaces)
 	ResourceVersion string
 	Count           int
 }
@@ -38,7 +38,12 @@ func (l *Ledger) CaughtUp(w Watermark) bool {
 	}
 	count := 0
 	l.mu.RLock()
-	if c := l.b.namespaces[w.Namespace]; c != nil {
+	if w.Namespace == "" {
+		count = l.b.subnets
+		if w.Kind != statuscalc.KindSubnet {
+			count = l.b.pools
+		}
+	} else if c := l.b.namespaces[w.Namespace]; c != nil {
 		if w.Kind == statuscalc.KindSubnet {
 			count = c.subnets
 		} else {

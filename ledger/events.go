@@ -51,6 +51,10 @@ type Event struct {
 	// that holds nothing yet (waiting for the pool, for space, or for a
 	// winner to go) when the pool changed or space was released.
 	Wake []statuscalc.ClaimRef
+	// Pools, on a Namespace event (Kind KindNamespace): the pools that
+	// hold claims from the namespace, whose ClaimsNotAllowed condition the
+	// namespace's new labels may change.
+	Pools []ipamv1.PoolReference
 }
 
 // Subscribe registers fn for every event and returns a function that
@@ -106,6 +110,7 @@ func (l *Ledger) applySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 	known := prev != nil
 	if !known {
 		b.namespace(s.Namespace).subnets++
+		b.subnets++
 	} else if old == nil && prev.pool != facts.pool {
 		// The feed has no old object: say where the claim was (only a
 		// bypassed schema moves a Subnet), for the pool it left.
@@ -149,6 +154,7 @@ func (l *Ledger) deleteSubnet(obj any) *ipamv1.Subnet {
 	b := &l.b
 	if c := b.claim(id); c != nil {
 		b.namespace(s.Namespace).subnets--
+		b.subnets--
 		b.forgetNamespace(s.Namespace)
 		pool := c.pool
 		released := b.removeClaim(id)
@@ -167,6 +173,7 @@ func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
 	s := b.slot(facts.id)
 	if s.pool == nil {
 		b.namespace(p.Namespace).pools++
+		b.pools++
 	}
 	previous := s.pool
 	s.pool = facts
@@ -204,6 +211,7 @@ func (l *Ledger) DeletePool(obj any) {
 	b := &l.b
 	if s := b.slots[poolIDOf(p.Namespace, p.Name)]; s != nil && s.pool != nil {
 		b.namespace(p.Namespace).pools--
+		b.pools--
 		b.forgetNamespace(p.Namespace)
 		if c := b.claim(s.self); c != nil {
 			pool := c.pool
@@ -222,7 +230,7 @@ func (l *Ledger) DeletePool(obj any) {
 
 // sameRules reports whether two versions of a pool hand out ranges alike.
 func sameRules(a, b *pool) bool {
-	return a.spec == b.spec && a.parent == b.parent && a.deleting == b.deleting &&
+	return a.spec == b.spec && a.parent == b.parent && a.deleting == b.deleting && a.consent.key == b.consent.key &&
 		a.defaultLen == b.defaultLen && a.minLen == b.minLen && a.maxLen == b.maxLen &&
 		slices.Equal(a.reserved, b.reserved)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,7 +41,37 @@ func (l *Ledger) Feed(ctx context.Context, pools cache.Cache, c client.WithWatch
 	if err != nil {
 		return nil, err
 	}
-	return l.newSubnetFeed(c, reg.HasSynced), nil
+	nsReg, err := l.feedNamespaces(ctx, pools)
+	if err != nil {
+		return nil, err
+	}
+	return l.newSubnetFeed(c, func() bool { return reg.HasSynced() && nsReg.HasSynced() }), nil
+}
+
+// feedNamespaces registers the ledger's handlers on a metadata-only
+// informer of Namespaces: consent (spec.allowedNamespaces) reads their
+// labels. Metadata only: no Namespace spec or status is ever needed.
+func (l *Ledger) feedNamespaces(ctx context.Context, c cache.Cache) (toolscache.ResourceEventHandlerRegistration, error) {
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	informer, err := c.GetInformer(ctx, ns)
+	if err != nil {
+		return nil, fmt.Errorf("namespace informer: %w", err)
+	}
+	apply := func(obj any, typ EventType) {
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			l.ApplyNamespace(m.Name, m.Labels, typ)
+		}
+	}
+	return informer.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, _ bool) { apply(obj, Created) },
+		UpdateFunc: func(_, obj any) { apply(obj, Updated) },
+		DeleteFunc: func(obj any) {
+			if m, ok := unwrap[*metav1.PartialObjectMetadata](obj); ok {
+				l.DeleteNamespace(m.Name)
+			}
+		},
+	})
 }
 
 // MarkSynced makes a ledger that is fed by hand (tests, benchmarks) report

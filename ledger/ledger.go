@@ -28,6 +28,7 @@ import (
 	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -308,6 +309,8 @@ type pool struct {
 	statusCIDR netip.Prefix // status.cidr as the API shows it
 	// labels are the pool's labels, for the metrics (the alert opt-out).
 	labels map[string]string
+	// consent is spec.allowedNamespaces: who may claim from the pool.
+	consent consent
 }
 
 // slot gathers everything about one pool name: the pool (nil while it does
@@ -335,6 +338,9 @@ type slot struct {
 	// outside holds the claims whose held range breaks the pool's current
 	// rules (see claim.outside).
 	outside map[claimID]struct{}
+	// foreign holds the claims from namespaces other than the pool's: the
+	// only ones consent applies to, so a pool without them costs nothing.
+	foreign map[claimID]struct{}
 	// requests holds the explicit requests that do not hold their range: the
 	// claims a sweep decides. A subset of waiting, kept apart so that a
 	// dynamic allocation does not scan the dynamic claims waiting with it.
@@ -365,6 +371,12 @@ type book struct {
 	// barrier's), so that a namespace that empties leaves nothing behind.
 	// (Reads of everything go slot by slot: Ledger.eachSlot.)
 	namespaces map[string]*namespaceRecord
+	// nsLabels holds every namespace's labels (the Namespaces' metadata
+	// informer), for consent: spec.allowedNamespaces' selectors.
+	nsLabels map[string]labels.Set
+	// subnets and pools count every namespace's objects, for the barrier's
+	// cluster-wide watermarks.
+	subnets, pools int
 }
 
 type namespaceRecord struct {
@@ -410,7 +422,7 @@ type Ledger struct {
 // registered with Feed have delivered their initial lists.
 func New() *Ledger {
 	return &Ledger{
-		b:         book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}},
+		b:         book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}},
 		listeners: map[int]func(Event){},
 		lastRV:    map[string]string{},
 		changed:   make(chan struct{}),
@@ -439,7 +451,7 @@ func (b *book) slot(id poolID) *slot {
 	s := b.slots[id]
 	if s == nil {
 		s = &slot{id: id, self: id.claimID(), claims: map[claimID]*claim{}, waiting: map[claimID]struct{}{}, requests: map[claimID]struct{}{},
-			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
+			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, foreign: map[claimID]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
 		b.slots[id] = s
 	}
 	return s
@@ -511,6 +523,7 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 		maxLen:     statuscalc.Length(p.Spec.MaxPrefixLength),
 		reserved:   statuscalc.ParseReserved(p.Spec.Reserved),
 		labels:     p.Labels, // the cache's object is never modified
+		consent:    consentOf(p.Spec.AllowedNamespaces),
 	}
 	pl.spec, _ = ipspace.ParsePrefix(p.Spec.CIDR)
 	pl.statusCIDR, _ = ipspace.ParsePrefix(p.Status.CIDR)
@@ -568,6 +581,9 @@ func (b *book) upsertClaim(next *claim) change {
 		s := b.slot(next.pool)
 		next.pool = s.id // one string per pool, not one per claim
 		s.claims[next.id] = next
+		if next.id.namespace() != s.id.namespace() {
+			s.foreign[next.id] = struct{}{}
+		}
 		s.count(next.key(), next.reason, +1)
 		b.indexClaim(s, next, true)
 		if next.requested.IsValid() && next.requested != next.holds() {
@@ -642,6 +658,7 @@ func (b *book) removeClaim(key claimID) change {
 	s := b.slots[c.pool]
 	b.indexClaim(s, c, false)
 	delete(s.claims, key)
+	delete(s.foreign, key)
 	s.count(key.key(), c.reason, -1)
 	delete(s.waiting, key)
 	delete(s.requests, key)

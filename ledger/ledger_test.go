@@ -415,11 +415,11 @@ func TestAdmissionQueries(t *testing.T) {
 	l.ApplySubnet(ready(dynamic("b", "p", 24, 0), "10.0.2.0/24"), Created, nil)
 	l.ApplyPool(childPool("c", "p", "10.0.128.0/17", 0), Created, nil)
 
-	found, total := l.Overlapping(ns, "p", netip.MustParsePrefix("10.0.0.0/22"), "", 1)
+	found, total := l.Overlapping(ipamv1.PoolReference{Namespace: ns, Name: "p"}, netip.MustParsePrefix("10.0.0.0/22"), ns, "", 1)
 	if total != 2 || len(found) != 1 || refKey(found[0].Ref) != "Subnet/a" {
 		t.Errorf("Overlapping = %v, %d", found, total)
 	}
-	if _, total := l.Overlapping(ns, "p", netip.MustParsePrefix("10.0.1.0/24"), "Subnet/a", 5); total != 0 {
+	if _, total := l.Overlapping(ipamv1.PoolReference{Namespace: ns, Name: "p"}, netip.MustParsePrefix("10.0.1.0/24"), ns, "Subnet/a", 5); total != 0 {
 		t.Errorf("Overlapping excluding itself = %d", total)
 	}
 	// Only held ranges bind a pool edit: "a" and "c" hold nothing yet.

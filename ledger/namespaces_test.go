@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -147,34 +148,117 @@ func TestReadySubnetsEveryNamespace(t *testing.T) {
 	}
 }
 
-// A claim on a pool in another namespace (admission was bypassed) is not
-// granted, whether a Subnet's or a child pool's: until pools say who may
-// claim from them, each allows only its own namespace. A claim in the
-// pool's namespace with the namespace written out is an ordinary claim.
-func TestClaimsAcrossNamespacesAreNotAllowed(t *testing.T) {
+// Consent, as the arbiter applies it (admission bypassed or stale): a
+// claim on a pool in another namespace is granted only if the pool allows
+// the claim's namespace, whether a Subnet's or a child pool's. A namespace
+// that loses the right keeps what it holds; the pool lists it. One that
+// gains it is woken and granted.
+func TestConsentAcrossNamespaces(t *testing.T) {
 	l := New()
 	l.MarkSynced()
-	l.ApplyPool(movePool(rootPool("corp", "10.0.0.0/16", 24), "netops"), Created, nil)
+	var events []Event
+	l.Subscribe(func(e Event) { events = append(events, e) })
+	l.ApplyNamespace("team-a", map[string]string{"tenant": "true"}, Created)
+	l.ApplyNamespace("team-b", nil, Created)
+	corp := movePool(rootPool("corp", "10.0.0.0/16", 24), "netops")
+	corp.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromSelector,
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "true"}}}
+	l.ApplyPool(corp, Created, nil)
 
-	across := moveSubnet(dynamic("web", "corp", 24, 1), "team-a")
-	across.Spec.PoolRef.Namespace = "netops"
-	l.ApplySubnet(across, Created, nil)
-	d, ok := l.DecideSubnet("team-a", "web", across.UID)
-	want := "SubnetPool netops/corp allows claims only from its own namespace netops, not from team-a: references across namespaces are not served yet"
-	if !ok || d.Reason != ipamv1.ReasonNotAllowed || d.Message != want || d.CIDR.IsValid() {
-		t.Fatalf("Subnet across namespaces: %+v", d)
+	claimFrom := func(namespace, name string, uid int) *ipamv1.Subnet {
+		s := moveSubnet(dynamic(name, "corp", 24, uid), namespace)
+		s.Spec.PoolRef.Namespace = "netops"
+		l.ApplySubnet(s, Created, nil)
+		return s
 	}
-	child := movePool(childPool("team", "corp", "10.0.1.0/24", 1), "team-a")
+	web := claimFrom("team-a", "web", 1)
+	if d, _ := l.DecideSubnet("team-a", "web", web.UID); !d.Ready() || d.CIDR.String() != "10.0.0.0/24" {
+		t.Fatalf("Subnet from an allowed namespace: %+v", d)
+	}
+	l.ApplySubnet(ready(web, "10.0.0.0/24"), Updated, nil)
+	db := claimFrom("team-b", "db", 2)
+	want := "SubnetPool netops/corp allows claims only from its own namespace netops and namespaces matching tenant=true, not from team-b"
+	if d, _ := l.DecideSubnet("team-b", "db", db.UID); d.Reason != ipamv1.ReasonNotAllowed || d.Message != want || d.CIDR.IsValid() {
+		t.Fatalf("Subnet from a namespace not allowed: %+v", d)
+	}
+	child := movePool(childPool("team", "corp", "10.0.1.0/24", 3), "team-b")
 	child.Spec.ParentRef.Namespace = "netops"
 	l.ApplyPool(child, Created, nil)
-	if d, _ := l.DecidePool("team-a", "team", child.UID); d.Reason != ipamv1.ReasonNotAllowed || d.CIDR.IsValid() {
-		t.Fatalf("child pool across namespaces: %+v", d)
+	if d, _ := l.DecidePool("team-b", "team", child.UID); d.Reason != ipamv1.ReasonNotAllowed || d.CIDR.IsValid() {
+		t.Fatalf("child pool from a namespace not allowed: %+v", d)
 	}
 
-	beside := moveSubnet(dynamic("db", "corp", 24, 2), "netops")
+	// team-b gains the right: its waiting claims are woken and granted.
+	events = nil
+	l.ApplyNamespace("team-b", map[string]string{"tenant": "true"}, Updated)
+	if len(events) != 1 || events[0].Kind != KindNamespace || len(events[0].Wake) != 2 ||
+		len(events[0].Pools) != 1 || events[0].Pools[0] != (ipamv1.PoolReference{Namespace: "netops", Name: "corp"}) {
+		t.Fatalf("label change published %+v", events)
+	}
+	if d, _ := l.DecideSubnet("team-b", "db", db.UID); !d.Ready() {
+		t.Fatalf("Subnet after its namespace was allowed: %+v", d)
+	}
+
+	// team-a loses it: web keeps its range, and the pool lists it.
+	l.ApplyNamespace("team-a", nil, Updated)
+	if d, _ := l.DecideSubnet("team-a", "web", web.UID); !d.Ready() || d.CIDR.String() != "10.0.0.0/24" {
+		t.Fatalf("a held range was taken away: %+v", d)
+	}
+	refs, total := l.NotAllowedClaims("netops", "corp", 5)
+	if total != 1 || len(refs) != 1 || refs[0].String() != "Subnet team-a/web" {
+		t.Fatalf("not allowed: %v (%d)", refs, total)
+	}
+	if f, _ := l.PoolFigures("netops", "corp"); f.NotAllowedTotal != 1 {
+		t.Fatalf("figures: %d not allowed", f.NotAllowedTotal)
+	}
+	// A new claim from team-a is refused.
+	api := claimFrom("team-a", "api", 4)
+	if d, _ := l.DecideSubnet("team-a", "api", api.UID); d.Reason != ipamv1.ReasonNotAllowed {
+		t.Fatalf("new claim after the right was lost: %+v", d)
+	}
+	// The pool allows everyone again: nothing is listed.
+	corp = corp.DeepCopy()
+	corp.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	corp.Generation++
+	l.ApplyPool(corp, Updated, nil)
+	if _, total := l.NotAllowedClaims("netops", "corp", 5); total != 0 {
+		t.Fatalf("still listed after All: %d", total)
+	}
+	if d, _ := l.DecideSubnet("team-a", "api", api.UID); !d.Ready() {
+		t.Fatalf("claim after the pool allowed everyone: %+v", d)
+	}
+
+	beside := moveSubnet(dynamic("infra", "corp", 24, 5), "netops")
 	beside.Spec.PoolRef.Namespace = "netops"
 	l.ApplySubnet(beside, Created, nil)
-	if d, _ := l.DecideSubnet("netops", "db", beside.UID); !d.Ready() || d.CIDR.String() != "10.0.0.0/24" {
+	if d, _ := l.DecideSubnet("netops", "infra", beside.UID); !d.Ready() {
 		t.Fatalf("Subnet beside its pool: %+v", d)
+	}
+	if !l.SharedDomain("netops", "corp") {
+		t.Error("a pool that allows everyone is not a shared domain")
+	}
+}
+
+// A pending explicit request from a namespace the pool does not allow is
+// not granted by another claim's sweep either.
+func TestSweepSkipsClaimsNotAllowed(t *testing.T) {
+	l := New()
+	l.MarkSynced()
+	l.ApplyNamespace("team-b", nil, Created)
+	l.ApplyPool(movePool(rootPool("corp", "10.0.0.0/16", 24), "netops"), Created, nil)
+	stranger := moveSubnet(explicit("x", "corp", "10.0.5.0/24", 1), "team-b")
+	stranger.Spec.PoolRef.Namespace = "netops"
+	l.ApplySubnet(stranger, Created, nil)
+	own := moveSubnet(explicit("y", "corp", "10.0.6.0/24", 2), "netops")
+	own.Spec.PoolRef.Namespace = "netops"
+	l.ApplySubnet(own, Created, nil)
+	if d, _ := l.DecideSubnet("netops", "y", own.UID); !d.Ready() {
+		t.Fatalf("own claim: %+v", d)
+	}
+	if d, _ := l.DecideSubnet("team-b", "x", stranger.UID); d.Reason != ipamv1.ReasonNotAllowed || d.CIDR.IsValid() {
+		t.Fatalf("claim not allowed: %+v", d)
+	}
+	if found, _ := l.HeldOverlapping("netops", "corp", netip.MustParsePrefix("10.0.5.0/24"), 1); len(found) != 0 {
+		t.Fatalf("a claim not allowed holds %v", found)
 	}
 }

@@ -53,16 +53,16 @@ type Claimant struct {
 }
 
 // Overlapping returns up to limit claims of a pool whose requested or held
-// range overlaps p, ignoring the claim exclude of the pool's namespace (the
-// object being updated), and the total number found. O(L log n + k).
-func (l *Ledger) Overlapping(namespace, pool string, p netip.Prefix, exclude ClaimKey, limit int) ([]Claimant, int) {
+// range overlaps p, ignoring the claim exclude of excludeNamespace (the
+// object being admitted), and the total number found. O(L log n + k).
+func (l *Ledger) Overlapping(pool ipamv1.PoolReference, p netip.Prefix, excludeNamespace string, exclude ClaimKey, limit int) ([]Claimant, int) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	s := l.b.slots[poolIDOf(namespace, pool)]
+	s := l.b.slots[poolIDOf(pool.Namespace, pool.Name)]
 	if s == nil {
 		return nil, 0
 	}
-	c := collector{limit: limit, seen: map[claimID]bool{idOf(namespace, exclude): true}}
+	c := collector{limit: limit, seen: map[claimID]bool{idOf(excludeNamespace, exclude): true}}
 	s.index.Overlapping(p, c.add)
 	return c.found, len(c.seen) - 1
 }
@@ -214,6 +214,7 @@ func (l *Ledger) PoolFigures(namespace, name string) (statuscalc.Figures, bool) 
 	}
 	f.Subnets, f.ChildPools = int32(s.subnets), int32(s.children)
 	f.Conflicts = l.b.conflicts(s)
+	f.NotAllowed, f.NotAllowedTotal = l.b.notAllowedClaims(s, statuscalc.MaxNotAllowedNamed)
 	return f, true
 }
 
@@ -333,7 +334,8 @@ func (l *Ledger) slotIDs() []poolID {
 // PoolReport is what the metrics collector reads of a pool at scrape time.
 type PoolReport struct {
 	Object
-	Parent  string
+	// Parent is the parent pool; empty for a root pool.
+	Parent  ipamv1.PoolReference
 	Labels  map[string]string
 	Figures statuscalc.Figures
 	// SubnetsByReason counts the pool's Subnets by the Ready reason their
@@ -353,7 +355,10 @@ func (l *Ledger) Reports(fn func(PoolReport)) {
 		r := PoolReport{Object: p, Figures: f, SubnetsByReason: map[string]int{}}
 		l.mu.RLock()
 		if s := l.b.slots[poolIDOf(p.Namespace, p.Name)]; s != nil && s.pool != nil {
-			r.Parent, r.Labels = s.pool.parent.name(), s.pool.labels
+			if s.pool.parent != "" {
+				r.Parent = s.pool.parent.reference()
+			}
+			r.Labels = s.pool.labels
 			for reason, count := range s.reasons {
 				r.SubnetsByReason[reason] = count
 			}

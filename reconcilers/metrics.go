@@ -90,15 +90,16 @@ var (
 	descLargestFree    = prometheus.NewDesc("subnet_operator_pool_largest_free_prefix_length", "Prefix length of a pool's largest free block (smaller is larger); absent when the pool is full.", poolLabels, nil)
 	descAllocatable    = prometheus.NewDesc("subnet_operator_pool_allocatable_blocks", "Blocks of the pool's defaultPrefixLength that can still be allocated, given fragmentation.", poolLabels, nil)
 	descOverlapping    = prometheus.NewDesc("subnet_operator_pool_overlapping_claims", "Claims of a pool that lose to an overlapping claim.", poolLabels, nil)
+	descNotAllowed     = prometheus.NewDesc("subnet_operator_pool_claims_not_allowed", "Claims of a pool that hold ranges although spec.allowedNamespaces no longer allows their namespace (the ClaimsNotAllowed condition).", poolLabels, nil)
 	descChildren       = prometheus.NewDesc("subnet_operator_pool_child_pools", "Child pools of a pool.", poolLabels, nil)
 	descSubnets        = prometheus.NewDesc("subnet_operator_pool_subnets", "Subnets of a pool by the Ready reason of their status (Pending before the first status).", append(poolLabels, "reason"), nil)
-	descPoolInfo       = prometheus.NewDesc("subnet_operator_pool_info", "Always 1; its parent label joins child pools to their parent in dashboards; alerts is \"off\" for a pool opted out of the per-pool alerts by its label, else \"on\".", append(poolLabels, "parent", "alerts"), nil)
+	descPoolInfo       = prometheus.NewDesc("subnet_operator_pool_info", "Always 1; its parent and parent_namespace labels join child pools to their parent in dashboards; alerts is \"off\" for a pool opted out of the per-pool alerts by its label, else \"on\".", append(poolLabels, "parent", "parent_namespace", "alerts"), nil)
 	descLastStatusTime = prometheus.NewDesc("subnetpool_parent_status_last_timestamp_seconds", "When the controller last wrote a pool's status, in Unix seconds.", []string{"ns", "name"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descAllocated, descReserved, descFree, descUtilization, descLargestFree,
-		descAllocatable, descOverlapping, descChildren, descSubnets, descPoolInfo, descLastStatusTime} {
+		descAllocatable, descOverlapping, descNotAllowed, descChildren, descSubnets, descPoolInfo, descLastStatusTime} {
 		ch <- d
 	}
 }
@@ -113,8 +114,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		if c.alertsLabel != "" && r.Labels[c.alertsLabel] == "off" {
 			alerts = "off"
 		}
-		gauge(descPoolInfo, 1, r.Parent, alerts)
+		gauge(descPoolInfo, 1, r.Parent.Name, r.Parent.Namespace, alerts)
 		gauge(descOverlapping, float64(len(r.Figures.Conflicts)))
+		gauge(descNotAllowed, float64(r.Figures.NotAllowedTotal))
 		gauge(descChildren, float64(r.Figures.ChildPools))
 		for reason, count := range r.SubnetsByReason {
 			if reason == "" {

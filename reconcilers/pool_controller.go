@@ -29,6 +29,7 @@ import (
 // The manager patches a pool only to add or remove its finalizer (RBAC
 // cannot narrow a verb to metadata), and its status.
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=list;watch
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools/status,verbs=patch
 
 // PoolStatusReconciler owns everything a pool shows: the finalizer that
@@ -140,17 +141,16 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 	}
 	// The ledger says nothing uses it; confirm before the irreversible
 	// step: Subnets with the API server (they are not cached), child pools
-	// with the cache's index. Subnets are asked for in the pool's namespace
-	// only: a selectable field cannot fall back to the Subnet's own
-	// namespace, and references from other namespaces are not granted yet
-	// (docs/design/tenancy.md, step 3). The list is of the Subnets that name
-	// the pool, which the ledger says are none: no limit is needed.
+	// with the cache's index. Subnets are asked for in every namespace
+	// (tenants claim from other namespaces' pools) by the pool's name; the
+	// list is of the Subnets that name it, which the ledger says are none:
+	// no limit is needed.
 	var subnets ipamv1.SubnetList
-	if err := r.APIReader.List(ctx, &subnets, client.InNamespace(p.Namespace), client.MatchingFields{FieldSubnetPoolRef: p.Name}); err != nil {
+	if err := r.APIReader.List(ctx, &subnets, client.MatchingFields{FieldSubnetPoolRef: p.Name}); err != nil {
 		return false, err
 	}
-	// The field selector matches the name only: a Subnet here that names a
-	// pool of that name in another namespace does not use this one.
+	// The field selector matches the name only: a Subnet that names a pool
+	// of that name in another namespace does not use this one.
 	subnets.Items = slices.DeleteFunc(subnets.Items, func(s ipamv1.Subnet) bool { return s.Spec.PoolRef.In(s.Namespace) != p.Namespace })
 	var children ipamv1.SubnetPoolList
 	if err := r.Client.List(ctx, &children, client.MatchingFields{IndexPoolParentRef: ParentKey(p.Namespace, p.Name)}, client.Limit(1)); err != nil {

@@ -171,7 +171,9 @@ func subnetEvents(e ledger.Event) []reconcile.Request {
 //     deleted, or its finalizers changed: the pool itself;
 //  5. the external trigger: the ipam.subnet-operator.io/recompute
 //     annotation changed: the pool itself;
-//  6. a reconcile error: the controller's rate limiter requeues it.
+//  6. a reconcile error: the controller's rate limiter requeues it;
+//  7. a namespace's labels changed: the pools its claims use, whose
+//     consent may now refuse them (ledger.Event.Pools).
 //
 // Unlike the seed, which filtered status-only updates with a generation
 // predicate to avoid reconcile loops, a change of the pool's status requeues
@@ -195,6 +197,12 @@ func poolEvents(e ledger.Event) []reconcile.Request {
 		}
 		parentRequeues.WithLabelValues(string(e.Type)).Add(float64(len(reqs)))
 		out = append(out, reqs...)
+	case ledger.KindNamespace:
+		// 7. a namespace's labels changed: the pools its claims use
+		// (their ClaimsNotAllowed condition).
+		for _, p := range e.Pools {
+			out = append(out, request(p.Namespace, p.Name))
+		}
 	case statuscalc.KindSubnetPool:
 		if e.Type != ledger.Updated || poolChanged(e.OldObject, e.Object) {
 			out = append(out, request(e.Namespace, e.Name))

@@ -275,3 +275,19 @@ func parentRef(name string) *ipamv1.PoolReference {
 	}
 	return &ipamv1.PoolReference{Name: name}
 }
+
+// A namespace's label change requeues the pools its claims use (in their
+// own namespace, not the tenant's), and wakes its waiting claims: Subnets
+// for the Subnet controller, child pools for the pool controller.
+func TestNamespaceEventsRequeuePoolsAndWakeClaims(t *testing.T) {
+	e := ledger.Event{Type: ledger.Updated, Kind: ledger.KindNamespace, Name: "team-a",
+		Pools: []ipamv1.PoolReference{{Namespace: "netops", Name: "corp"}},
+		Wake: []statuscalc.ClaimRef{{Kind: statuscalc.KindSubnet, Namespace: "team-a", Name: "web"},
+			{Kind: statuscalc.KindSubnetPool, Namespace: "team-a", Name: "kids"}}}
+	if diff := cmp.Diff([]reconcile.Request{request("team-a", "kids"), request("netops", "corp")}, poolEvents(e)); diff != "" {
+		t.Errorf("pool requests (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]reconcile.Request{request("team-a", "web")}, subnetEvents(e)); diff != "" {
+		t.Errorf("Subnet requests (-want +got):\n%s", diff)
+	}
+}

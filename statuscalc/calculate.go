@@ -36,7 +36,15 @@ type Figures struct {
 	// Conflicts lists claims that lose to an overlapping claim, in winner
 	// order of the losers.
 	Conflicts []Conflict
+	// NotAllowed names the first claims (at most MaxNotAllowedNamed) that
+	// hold a range although the pool no longer allows their namespace,
+	// and NotAllowedTotal counts them all.
+	NotAllowed      []ClaimRef
+	NotAllowedTotal int
 }
+
+// MaxNotAllowedNamed bounds the claims the ClaimsNotAllowed condition names.
+const MaxNotAllowedNamed = 5
 
 // Readiness is the pool's Ready condition, which the reconciler decides
 // (is the range valid, did the parent grant it, is the pool terminating),
@@ -278,7 +286,7 @@ func ParseReserved(reserved []string) []netip.Prefix {
 const maxConflictsNamed = 3
 
 // Status returns the pool's new status: the figures, and the Ready,
-// Exhausted and Overlapping conditions set onto a copy of the current ones
+// Exhausted, Overlapping and ClaimsNotAllowed conditions set onto a copy of the current ones
 // (so a condition's lastTransitionTime moves only when its status does).
 func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPoolStatus {
 	st := ipamv1.SubnetPoolStatus{
@@ -300,6 +308,7 @@ func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPo
 		set(metav1.Condition{Type: ipamv1.ConditionExhausted, Status: metav1.ConditionUnknown, Reason: ready.Reason,
 			Message: "the pool serves no range yet"})
 		set(overlapping(f.Conflicts))
+		set(claimsNotAllowed(f))
 		return st
 	}
 	u := f.Usage
@@ -321,7 +330,29 @@ func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPo
 	}
 	set(exhausted(f))
 	set(overlapping(f.Conflicts))
+	set(claimsNotAllowed(f))
 	return st
+}
+
+// claimsNotAllowed says which claims keep ranges that the pool's consent
+// no longer gives their namespace: nothing is taken from them, and the
+// pool's owners decide (allow the namespace again, or ask its owners to
+// release the claims).
+func claimsNotAllowed(f Figures) metav1.Condition {
+	if f.NotAllowedTotal == 0 {
+		return metav1.Condition{Type: ipamv1.ConditionClaimsNotAllowed, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonAllAllowed,
+			Message: "every claim's namespace is allowed by spec.allowedNamespaces"}
+	}
+	named := make([]string, 0, len(f.NotAllowed))
+	for _, c := range f.NotAllowed {
+		named = append(named, c.String())
+	}
+	msg := fmt.Sprintf("%d claims hold ranges from namespaces that spec.allowedNamespaces no longer allows: %s", f.NotAllowedTotal, strings.Join(named, ", "))
+	if extra := f.NotAllowedTotal - len(named); extra > 0 {
+		msg += fmt.Sprintf(" and %d more", extra)
+	}
+	return metav1.Condition{Type: ipamv1.ConditionClaimsNotAllowed, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonNotAllowed,
+		Message: msg + "; they keep their ranges, new claims from those namespaces are refused"}
 }
 
 func exhausted(f Figures) metav1.Condition {

@@ -224,6 +224,8 @@ func TestStatusConditions(t *testing.T) {
 		{Type: ipamv1.ConditionExhausted, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonNoFreeBlock, ObservedGeneration: 3,
 			Message: "no free /25 block left (largest free block: 10.0.0.192/26); grow spec.cidr or release Subnets"},
 		{Type: ipamv1.ConditionOverlapping, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonNoOverlap, Message: "no claims overlap", ObservedGeneration: 3},
+		{Type: ipamv1.ConditionClaimsNotAllowed, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonAllAllowed, ObservedGeneration: 3,
+			Message: "every claim's namespace is allowed by spec.allowedNamespaces"},
 	}
 	if diff := cmp.Diff(want, st.Conditions, cmpopts.IgnoreFields(metav1.Condition{}, "LastTransitionTime")); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)

@@ -1,12 +1,17 @@
 package webhooks
 
 import (
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
 // A reference without a namespace is to a pool in the object's own: the
@@ -61,9 +66,8 @@ func TestReferenceNamespaceDefaults(t *testing.T) {
 	}
 }
 
-// Validation refuses a reference that names no pool, one without a
-// namespace (defaulting was skipped), and one into another namespace,
-// saying what to write or why not.
+// Validation refuses a reference that names no pool and one without a
+// namespace (defaulting was skipped), saying what to write.
 func TestReferenceRules(t *testing.T) {
 	w := baseWorld()
 	ref := func(name, namespace string) *ipamv1.Subnet {
@@ -78,7 +82,6 @@ func TestReferenceRules(t *testing.T) {
 	}{
 		{"no name", ref("", ns), `Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef.name: Required value: name the SubnetPool to claim from`},
 		{"no namespace", ref("p", ""), `Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef.namespace: Required value: write the namespace of the SubnetPool to claim from: "team-a" for a SubnetPool in this namespace`},
-		{"another namespace", ref("corp", "netops"), `Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef.namespace: Forbidden: SubnetPool netops/corp allows claims only from its own namespace netops, not from team-a: references across namespaces are not served yet`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,15 +97,170 @@ func TestReferenceRules(t *testing.T) {
 			}
 		})
 	}
-
-	p := child("c", "corp", "10.0.64.0/24")
-	p.Spec.ParentRef.Namespace = "netops"
-	_, err := w.poolValidator().ValidateCreate(withOp(admissionv1.Create), p)
-	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Forbidden(field.NewPath("spec", "parentRef", "namespace"), "")}, fieldErrors(t, err))
 	// Naming itself through its own namespace is still naming itself.
 	self := child("c", "c", "10.0.64.0/24")
-	_, err = w.poolValidator().ValidateCreate(withOp(admissionv1.Create), self)
+	_, err := w.poolValidator().ValidateCreate(withOp(admissionv1.Create), self)
 	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Invalid(field.NewPath("spec", "parentRef"), "", "")}, fieldErrors(t, err))
+}
+
+// tenancyWorld is a platform namespace with three pools, one per consent
+// policy, and tenant namespaces: team-a labelled as a tenant, team-b not.
+// team-b holds a range in the shared plan (it was allowed when it claimed).
+func tenancyWorld() *world {
+	w := newWorld()
+	for name, labels := range map[string]map[string]string{
+		"netops": {"kubernetes.io/metadata.name": "netops"},
+		"team-a": {"kubernetes.io/metadata.name": "team-a", "tenant": "true"},
+		"team-b": {"kubernetes.io/metadata.name": "team-b"},
+	} {
+		w.ledger.ApplyNamespace(name, labels, ledger.Created)
+	}
+	platform := func(name, cidr string, allowed *ipamv1.AllowedNamespaces) *ipamv1.SubnetPool {
+		p := pool(name, cidr)
+		p.Namespace = "netops"
+		p.Spec.DefaultPrefixLength = ptr.To(int32(24))
+		p.Spec.AllowedNamespaces = allowed
+		return p
+	}
+	w.add(platform("same", "10.1.0.0/16", nil))
+	w.add(platform("selected", "10.2.0.0/16", &ipamv1.AllowedNamespaces{From: ipamv1.FromSelector,
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "true"}}}))
+	w.add(platform("everyone", "10.3.0.0/16", &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}))
+	held := allocated(subnet("db", "everyone", "10.3.2.0/24"), "10.3.2.0/24")
+	held.Namespace, held.Spec.PoolRef.Namespace = "team-b", "netops"
+	w.add(held)
+	own := allocated(subnet("infra", "everyone", "10.3.9.0/24"), "10.3.9.0/24")
+	own.Namespace, own.Spec.PoolRef.Namespace = "netops", "netops"
+	w.add(own)
+	return w
+}
+
+// A pool in another namespace serves a claim only if its
+// spec.allowedNamespaces allows the claim's namespace; the refusal names
+// the pool and its policy. Child pools are held to the same rule.
+func TestConsentAcrossNamespaces(t *testing.T) {
+	w := tenancyWorld()
+	claim := func(namespace, pool, cidr string) *ipamv1.Subnet {
+		s := dynamicSubnet("x", pool, 24)
+		if cidr != "" {
+			s = subnet("x", pool, cidr)
+		}
+		s.Namespace, s.Spec.PoolRef.Namespace = namespace, "netops"
+		return s
+	}
+	tests := []struct {
+		name string
+		s    *ipamv1.Subnet
+		want string // "" for allowed
+	}{
+		{"Same refuses another namespace", claim("team-a", "same", ""),
+			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/same allows claims only from its own namespace netops (spec.allowedNamespaces.from: Same), not from team-a; ask its owners to allow this namespace in spec.allowedNamespaces`},
+		{"Same serves its own namespace", claim("netops", "same", ""), ""},
+		{"Selector serves a matching namespace", claim("team-a", "selected", ""), ""},
+		{"Selector refuses another", claim("team-b", "selected", ""),
+			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/selected allows claims only from its own namespace netops and namespaces matching tenant=true, not from team-b; ask its owners to allow this namespace in spec.allowedNamespaces`},
+		{"Selector refuses a namespace it does not know", claim("team-z", "selected", ""),
+			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/selected allows claims only from its own namespace netops and namespaces matching tenant=true, not from team-z; ask its owners to allow this namespace in spec.allowedNamespaces`},
+		{"All serves anyone", claim("team-z", "everyone", ""), ""},
+		// The overlap domain is the pool, whichever namespaces its claims
+		// live in; a tenant learns the range, not another tenant's names.
+		{"overlap with another tenant's claim", claim("team-a", "everyone", "10.3.2.0/25"),
+			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.cidr: Invalid value: "10.3.2.0/25": overlaps a range held in another namespace (10.3.2.0/24); pick a free range, or set spec.prefixLength to have one allocated`},
+		{"overlap with the platform's own claim is named", claim("team-a", "everyone", "10.3.9.0/25"),
+			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.cidr: Invalid value: "10.3.9.0/25": overlaps Subnet netops/infra (10.3.9.0/24); pick a free range, or set spec.prefixLength to have one allocated`},
+		{"a missing pool in another namespace is waited for", claim("team-a", "later", ""), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), tt.s)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.want != "" && (err == nil || err.Error() != tt.want):
+				t.Errorf("got %v\nwant %s", err, tt.want)
+			}
+		})
+	}
+
+	// The defaulter fills prefixLength from a pool in another namespace.
+	s := claim("team-a", "selected", "")
+	s.Spec.PrefixLength = nil
+	if err := (&SubnetDefaulter{Ledger: w.ledger}).Default(withOp(admissionv1.Create), s); err != nil || s.Spec.PrefixLength == nil || *s.Spec.PrefixLength != 24 {
+		t.Errorf("defaulted prefixLength %v, err %v; want 24", s.Spec.PrefixLength, err)
+	}
+
+	kid := func(namespace, parent, cidr string) *ipamv1.SubnetPool {
+		p := child("kid", parent, cidr)
+		p.Namespace, p.Spec.ParentRef.Namespace = namespace, "netops"
+		return p
+	}
+	if _, err := w.poolValidator().ValidateCreate(withOp(admissionv1.Create), kid("team-a", "selected", "10.2.64.0/20")); err != nil {
+		t.Errorf("child pool from an allowed namespace refused: %v", err)
+	}
+	_, err := w.poolValidator().ValidateCreate(withOp(admissionv1.Create), kid("team-b", "selected", "10.2.64.0/20"))
+	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Forbidden(field.NewPath("spec", "parentRef"), "")}, fieldErrors(t, err))
+	_, err = w.poolValidator().ValidateCreate(withOp(admissionv1.Create), kid("team-a", "everyone", "10.3.2.0/23"))
+	if err == nil || !strings.Contains(err.Error(), "overlaps a range held in another namespace (10.3.2.0/24) in parent SubnetPool netops/everyone") {
+		t.Errorf("child pool over another tenant's range: %v", err)
+	}
+
+	// The pool's owners see who uses it, in every namespace.
+	everyone := pool("everyone", "10.3.0.0/16")
+	everyone.Namespace = "netops"
+	_, err = w.poolValidator().ValidateDelete(withOp(admissionv1.Delete), everyone)
+	if err == nil || !strings.Contains(err.Error(), "Subnet team-b/db") {
+		t.Errorf("deleting a pool a tenant uses: %v", err)
+	}
+}
+
+// The pool's consent is validated: a selector exactly with Selector, and
+// one that parses.
+func TestAllowedNamespacesRules(t *testing.T) {
+	w := newWorld()
+	tests := []struct {
+		name    string
+		allowed *ipamv1.AllowedNamespaces
+		want    field.ErrorList
+	}{
+		{"Selector without selector", &ipamv1.AllowedNamespaces{From: ipamv1.FromSelector},
+			field.ErrorList{field.Required(field.NewPath("spec", "allowedNamespaces", "selector"), "")}},
+		{"All with a selector", &ipamv1.AllowedNamespaces{From: ipamv1.FromAll, Selector: &metav1.LabelSelector{}},
+			field.ErrorList{field.Invalid(field.NewPath("spec", "allowedNamespaces", "selector"), nil, "")}},
+		{"a bad selector", &ipamv1.AllowedNamespaces{From: ipamv1.FromSelector, Selector: &metav1.LabelSelector{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tenant", Operator: "Near"}}}},
+			field.ErrorList{field.Invalid(field.NewPath("spec", "allowedNamespaces", "selector", "matchExpressions").Index(0).Child("operator"), nil, "")}},
+		{"a good one", &ipamv1.AllowedNamespaces{From: ipamv1.FromSelector, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "true"}}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := pool("corp", "10.0.0.0/8")
+			p.Spec.AllowedNamespaces = tt.allowed
+			_, err := w.poolValidator().ValidateCreate(withOp(admissionv1.Create), p)
+			field.ErrorMatcher{}.ByType().ByField().Test(t, tt.want, fieldErrors(t, err))
+		})
+	}
+}
+
+// A platform can keep root pools in its own namespaces.
+func TestRootPoolNamespaces(t *testing.T) {
+	w := tenancyWorld()
+	v := w.poolValidator()
+	v.RootPoolNamespaces = labels.SelectorFromSet(labels.Set{"kubernetes.io/metadata.name": "netops"})
+	root := pool("mine", "192.168.0.0/16")
+	_, err := v.ValidateCreate(withOp(admissionv1.Create), root)
+	want := `SubnetPool.ipam.subnet-operator.io "mine" is invalid: spec.parentRef: Forbidden: root SubnetPools (without parentRef) may be created only in namespaces matching kubernetes.io/metadata.name=netops, and namespace team-a does not; carve this pool from one of those pools with spec.parentRef, or ask the platform team`
+	if err == nil || err.Error() != want {
+		t.Errorf("root pool in a tenant namespace: got %v\nwant %s", err, want)
+	}
+	root.Namespace = "netops"
+	if _, err := v.ValidateCreate(withOp(admissionv1.Create), root); err != nil {
+		t.Errorf("root pool in the platform namespace: %v", err)
+	}
+	kid := child("kid", "selected", "10.2.128.0/20")
+	kid.Spec.ParentRef.Namespace = "netops"
+	if _, err := v.ValidateCreate(withOp(admissionv1.Create), kid); err != nil {
+		t.Errorf("child pool in a tenant namespace: %v", err)
+	}
 }
 
 // An update of an object stored without its reference's namespace (the

@@ -75,8 +75,8 @@ func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 	}
 	// The claim is immutable afterwards, even if the pool appears later (the
 	// controller then uses the pool's default).
-	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && s.Spec.PoolRef.Name != "" && s.Spec.PoolRef.Namespace == s.Namespace {
-		if pool, ok := d.Ledger.Pool(s.Namespace, s.Spec.PoolRef.Name); ok && pool.Default >= 0 {
+	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && s.Spec.PoolRef.Name != "" {
+		if pool, ok := d.Ledger.Pool(s.Spec.PoolRef.Namespace, s.Spec.PoolRef.Name); ok && pool.Default >= 0 {
 			s.Spec.PrefixLength = ptr.To(int32(pool.Default))
 		}
 	}
@@ -166,38 +166,47 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 	}
 
 	// An explicit range must not overlap anything the pool knows of,
-	// including a claim created a moment ago: catch up first.
+	// including a claim created a moment ago: catch up first. A pool that
+	// claims from several namespaces can reach is caught up with across
+	// all of them (ledger.SharedDomain).
+	ref := s.Spec.PoolRef // validateSubnetSpec: name and namespace are set
+	scope := s.Namespace
+	if ref.Namespace != s.Namespace || v.Ledger.SharedDomain(ref.Namespace, ref.Name) {
+		scope = ""
+	}
 	explicit := s.Spec.CIDR != ""
 	if explicit {
-		if err := v.fresh.await(ctx, s.Namespace, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
+		if err := v.fresh.await(ctx, scope, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
 			return internalError(ctx, statuscalc.KindSubnet, err)
 		}
 	}
-	// From here the reference is into the Subnet's own namespace
-	// (validateSubnetSpec refuses the others).
-	pool, ok := v.Ledger.Pool(s.Namespace, s.Spec.PoolRef.Name)
+	pool, ok := v.Ledger.Pool(ref.Namespace, ref.Name)
 	if !ok && !explicit {
 		// Maybe it was created a moment ago; look again before warning.
-		if err := v.fresh.await(ctx, s.Namespace, statuscalc.KindSubnetPool); err != nil {
+		if err := v.fresh.await(ctx, scope, statuscalc.KindSubnetPool); err != nil {
 			return internalError(ctx, statuscalc.KindSubnet, err)
 		}
-		pool, ok = v.Ledger.Pool(s.Namespace, s.Spec.PoolRef.Name)
+		pool, ok = v.Ledger.Pool(ref.Namespace, ref.Name)
 	}
 	var warnings admission.Warnings
 	if ok {
-		res.merge(validateSubnetInPool(&s.Spec, pool, s.Namespace, specPath))
+		res.merge(checkConsent(v.Ledger, ref, s.Namespace, specPath.Child("poolRef")))
+		if len(res.errs) > 0 {
+			return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
+		}
+		res.merge(validateSubnetInPool(&s.Spec, pool, ref.Namespace, specPath))
 	} else {
 		// GitOps applies in any order: the Subnet waits for its pool.
-		warnings = admission.Warnings{fmt.Sprintf("SubnetPool %s/%s does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created", s.Namespace, s.Spec.PoolRef.Name)}
+		warnings = admission.Warnings{fmt.Sprintf("SubnetPool %s does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created", ref)}
 	}
 	// An explicit range must not overlap the pool's other claims, including
 	// the ones that wait for a pool that does not exist yet: they claim
 	// their ranges the moment it does.
 	if explicit && len(res.errs) == 0 {
 		p, _ := ipspace.ParseCanonical(s.Spec.CIDR) // validated above
-		if found, total := v.Ledger.Overlapping(s.Namespace, s.Spec.PoolRef.Name, p, ledger.SubnetKey(s.Name), maxNamed); total > 0 {
+		if found, total := v.Ledger.Overlapping(ref, p, s.Namespace, ledger.SubnetKey(s.Name), maxNamed); total > 0 {
 			res.add(reasonOverlap, field.Invalid(specPath.Child("cidr"), s.Spec.CIDR,
-				"overlaps "+describe(found, total)+"; pick a free range, or set spec.prefixLength to have one allocated"))
+				"overlaps "+describe(found, total, []string{s.Namespace, ref.Namespace})+"; pick a free range, or set spec.prefixLength to have one allocated"))
 		}
 	}
 	if len(res.errs) > 0 {

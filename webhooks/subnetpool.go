@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -87,7 +88,11 @@ func oldPool(ctx context.Context) *ipamv1.SubnetPool {
 // pool in use.
 type SubnetPoolValidator struct {
 	Ledger *ledger.Ledger
-	fresh  *freshness
+	// RootPoolNamespaces, if set, selects the namespaces where root pools
+	// (no parentRef) may be created: a platform keeps the address plan's
+	// roots in its own namespaces (Options.RootPoolNamespaces).
+	RootPoolNamespaces labels.Selector
+	fresh              *freshness
 }
 
 var _ admission.Validator[*ipamv1.SubnetPool] = &SubnetPoolValidator{}
@@ -106,7 +111,7 @@ func (v *SubnetPoolValidator) ValidateUpdate(ctx context.Context, old, p *ipamv1
 // child pools use cannot be deleted (the finalizer also keeps it when this
 // webhook is bypassed).
 func (v *SubnetPoolValidator) ValidateDelete(ctx context.Context, p *ipamv1.SubnetPool) (admission.Warnings, error) {
-	if err := v.fresh.await(ctx, p.Namespace, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
+	if err := v.fresh.await(ctx, v.scope(p.Namespace, p.Name), statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
 		return internalError(ctx, statuscalc.KindSubnetPool, err)
 	}
 	named, subnets, children := v.Ledger.Users(p.Namespace, p.Name, maxNamed)
@@ -149,8 +154,23 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if old != nil && old.Spec.CIDR == p.Spec.CIDR && slices.Equal(old.Spec.Reserved, p.Spec.Reserved) {
 		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 	}
-	if err := v.fresh.await(ctx, p.Namespace, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
+	// Caught up across namespaces when the pool, or the parent it is
+	// carved from, can hold claims from several.
+	scope := v.scope(p.Namespace, p.Name)
+	if ref := p.Spec.ParentRef; ref != nil && scope != "" {
+		scope = v.scope(ref.In(p.Namespace), ref.Name)
+		if ref.In(p.Namespace) != p.Namespace {
+			scope = ""
+		}
+	}
+	if err := v.fresh.await(ctx, scope, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
 		return internalError(ctx, statuscalc.KindSubnetPool, err)
+	}
+	if old == nil && p.Spec.ParentRef == nil {
+		// After the barrier: the ledger holds the namespaces' labels.
+		if res.merge(v.validateRootNamespace(p.Namespace)); len(res.errs) > 0 {
+			return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
+		}
 	}
 	cidr, err := ipspace.ParsePrefix(p.Spec.CIDR) // validated above, or unchanged
 	if err != nil {
@@ -165,26 +185,57 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 }
 
+// scope is the namespace the freshness barrier reads for a pool's claims:
+// its own, or every namespace ("") when claims from several can reach it.
+func (v *SubnetPoolValidator) scope(namespace, name string) string {
+	if v.Ledger.SharedDomain(namespace, name) {
+		return ""
+	}
+	return namespace
+}
+
+// validateRootNamespace refuses a root pool in a namespace that
+// RootPoolNamespaces does not select.
+func (v *SubnetPoolValidator) validateRootNamespace(namespace string) verdict {
+	var res verdict
+	if v.RootPoolNamespaces == nil || namespace == "" {
+		return res
+	}
+	nsLabels, _ := v.Ledger.NamespaceLabels(namespace)
+	if !v.RootPoolNamespaces.Matches(labels.Set(nsLabels)) {
+		res.add(reasonNotAllowed, field.Forbidden(specPath.Child("parentRef"), fmt.Sprintf(
+			"root SubnetPools (without parentRef) may be created only in namespaces matching %s, and namespace %s does not; "+
+				"carve this pool from one of those pools with spec.parentRef, or ask the platform team",
+			v.RootPoolNamespaces, namespace)))
+	}
+	return res
+}
+
 // validateInParent checks a child pool against its parent: the parent
-// exists, the chain makes no cycle, the range lies inside the parent, off
-// its reserved ranges, and overlaps none of the parent's other claims. The
-// parent is in the pool's own namespace (validatePoolSpec refuses others).
+// exists and allows the pool's namespace, the chain makes no cycle, the
+// range lies inside the parent, off its reserved ranges, and overlaps none
+// of the parent's other claims.
 func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.Prefix) verdict {
 	var res verdict
 	path := specPath.Child("parentRef")
-	parentRef := p.Spec.ParentRef.Name
-	parent, ok := v.Ledger.Pool(p.Namespace, parentRef)
+	ref := ipamv1.PoolReference{Name: p.Spec.ParentRef.Name, Namespace: p.Spec.ParentRef.In(p.Namespace)}
+	// The value as the user wrote it: a name, or namespace/name.
+	parentRef := poolName(p.Namespace, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name})
+	parent, ok := v.Ledger.Pool(ref.Namespace, ref.Name)
 	if !ok {
 		res.add(reasonParentNotFound, field.Invalid(path, parentRef,
-			fmt.Sprintf("SubnetPool %s/%s does not exist; create the parent pool first", p.Namespace, parentRef)))
+			fmt.Sprintf("SubnetPool %s does not exist; create the parent pool first", ref)))
 		return res
 	}
 	if parent.Deleting {
-		res.add(reasonPoolTerminating, field.Invalid(path, parentRef, fmt.Sprintf("SubnetPool %s/%s is being deleted", p.Namespace, parentRef)))
+		res.add(reasonPoolTerminating, field.Invalid(path, parentRef, fmt.Sprintf("SubnetPool %s is being deleted", ref)))
+		return res
+	}
+	if res.merge(checkConsent(v.Ledger, ref, p.Namespace, path)); len(res.errs) > 0 {
 		return res
 	}
 	self := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-	if chain := v.Ledger.Ancestors(p.Namespace, parentRef); slices.Contains(chain, self) {
+	if chain := v.Ledger.Ancestors(ref.Namespace, ref.Name); slices.Contains(chain, self) {
 		cycle := []string{p.Name, parentRef}
 		for _, pool := range chain[:slices.Index(chain, self)+1] {
 			cycle = append(cycle, poolName(p.Namespace, pool))
@@ -193,7 +244,7 @@ func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.
 		return res
 	}
 	cidrPath := specPath.Child("cidr")
-	parentName := p.Namespace + "/" + parent.Name
+	parentName := ref.String()
 	if !parent.Spec.IsValid() {
 		return res
 	}
@@ -201,9 +252,9 @@ func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.
 		res.add(violationReason(violation), field.Invalid(cidrPath, p.Spec.CIDR, violation.Detail))
 		return res
 	}
-	if found, total := v.Ledger.Overlapping(p.Namespace, parentRef, cidr, ledger.PoolKey(p.Name), maxNamed); total > 0 {
+	if found, total := v.Ledger.Overlapping(ref, cidr, p.Namespace, ledger.PoolKey(p.Name), maxNamed); total > 0 {
 		res.add(reasonOverlap, field.Invalid(cidrPath, p.Spec.CIDR, fmt.Sprintf("overlaps %s in parent SubnetPool %s; pick a free range",
-			describe(found, total), parentName)))
+			describe(found, total, []string{p.Namespace, ref.Namespace}), parentName)))
 	}
 	return res
 }
@@ -221,7 +272,7 @@ func (v *SubnetPoolValidator) validateHoldings(old, p *ipamv1.SubnetPool, cidr n
 	if oldCIDR, err := ipspace.ParsePrefix(old.Spec.CIDR); err == nil && oldCIDR != cidr {
 		if found, total := v.Ledger.HeldLeftOutside(p.Namespace, p.Name, oldCIDR, cidr, maxNamed); total > 0 {
 			res.add(reasonShrink, field.Invalid(specPath.Child("cidr"), p.Spec.CIDR,
-				fmt.Sprintf("would leave claims outside the pool: %s; a pool may grow, or shrink only around what it holds", describe(found, total))))
+				fmt.Sprintf("would leave claims outside the pool: %s; a pool may grow, or shrink only around what it holds", describe(found, total, nil))))
 		}
 	}
 	for i, r := range p.Spec.Reserved {
@@ -231,7 +282,7 @@ func (v *SubnetPoolValidator) validateHoldings(old, p *ipamv1.SubnetPool, cidr n
 		}
 		if found, total := v.Ledger.HeldOverlapping(p.Namespace, p.Name, rp, maxNamed); total > 0 {
 			res.add(reasonReserved, field.Invalid(specPath.Child("reserved").Index(i), r,
-				"covers ranges already claimed: "+describe(found, total)))
+				"covers ranges already claimed: "+describe(found, total, nil)))
 		}
 	}
 	return res

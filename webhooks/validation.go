@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -100,19 +101,55 @@ func validateReference(ref ipamv1.PoolReference, namespace, what string, path *f
 	} else if err := validatePoolName(ref.Name, path.Child("name")); err != nil {
 		v.add(reasonInvalidPoolRef, err)
 	}
-	switch {
-	case ref.Namespace == "":
+	if ref.Namespace == "" {
 		hint := "the SubnetPool's namespace"
 		if namespace != "" {
 			hint = fmt.Sprintf("%q for a SubnetPool in this namespace", namespace)
 		}
 		v.add(reasonMissingPoolRef, field.Required(path.Child("namespace"), "write the namespace of the SubnetPool "+what+": "+hint))
-	case namespace != "" && ref.Namespace != namespace:
-		// Until pools say which namespaces may claim from them
-		// (docs/design/tenancy.md), every pool allows only its own.
-		v.add(reasonNotAllowed, field.Forbidden(path.Child("namespace"), fmt.Sprintf(
-			"SubnetPool %s/%s allows claims only from its own namespace %s, not from %s: references across namespaces are not served yet",
-			ref.Namespace, ref.Name, ref.Namespace, namespace)))
+	}
+	// Whether the pool allows this namespace is the validators' check
+	// (checkConsent): it needs the pool.
+	return v
+}
+
+// checkConsent refuses a reference from namespace into another namespace's
+// pool that does not allow it (spec.allowedNamespaces), naming the pool and
+// its policy. A pool the ledger does not know is not refused here: the
+// claim waits for it, and the arbiter checks consent when it appears.
+func checkConsent(l *ledger.Ledger, ref ipamv1.PoolReference, namespace string, path *field.Path) verdict {
+	var v verdict
+	if ref.Namespace == namespace {
+		return v
+	}
+	if allowed, policy, found := l.Consent(ref, namespace); found && !allowed {
+		v.add(reasonNotAllowed, field.Forbidden(path, fmt.Sprintf(
+			"SubnetPool %s %s, not from %s; ask its owners to allow this namespace in spec.allowedNamespaces", ref, policy, namespace)))
+	}
+	return v
+}
+
+// validateAllowedNamespaces checks a pool's consent: a selector exactly
+// when from is Selector, and one that parses.
+func validateAllowedNamespaces(a *ipamv1.AllowedNamespaces, path *field.Path) verdict {
+	var v verdict
+	if a == nil {
+		return v
+	}
+	switch a.From {
+	case "", ipamv1.FromSame, ipamv1.FromAll:
+		if a.Selector != nil {
+			v.add(reasonInvalidSpec, field.Invalid(path.Child("selector"), a.Selector.String(), "allowed only when from is Selector"))
+		}
+	case ipamv1.FromSelector:
+		if a.Selector == nil {
+			v.add(reasonInvalidSpec, field.Required(path.Child("selector"), "from: Selector needs a namespace label selector, such as {matchLabels: {ipam.subnet-operator.io/tenant: \"true\"}}"))
+		}
+		for _, err := range metav1validation.ValidateLabelSelector(a.Selector, metav1validation.LabelSelectorValidationOptions{}, path.Child("selector")) {
+			v.add(reasonInvalidSpec, err)
+		}
+	default:
+		v.add(reasonInvalidSpec, field.NotSupported(path.Child("from"), a.From, []ipamv1.FromNamespaces{ipamv1.FromSame, ipamv1.FromAll, ipamv1.FromSelector}))
 	}
 	return v
 }
@@ -143,9 +180,9 @@ func validateSubnetSpec(spec *ipamv1.SubnetSpec, namespace string, path *field.P
 // validateSubnetInPool checks a Subnet against its pool: family, range,
 // reserved ranges, and the bounds of the prefix length the Subnet will have
 // (its CIDR's, or prefixLength, or the pool's default).
-func validateSubnetInPool(spec *ipamv1.SubnetSpec, pool ledger.PoolView, namespace string, path *field.Path) verdict {
+func validateSubnetInPool(spec *ipamv1.SubnetSpec, pool ledger.PoolView, poolNamespace string, path *field.Path) verdict {
 	var v verdict
-	poolName := namespace + "/" + pool.Name
+	poolName := poolNamespace + "/" + pool.Name
 	if pool.Deleting {
 		v.add(reasonPoolTerminating, field.Invalid(path.Child("poolRef"), spec.PoolRef.Name,
 			fmt.Sprintf("SubnetPool %s is being deleted; claim from another pool", poolName)))
@@ -218,6 +255,7 @@ func validatePoolSpec(namespace, name string, spec, old *ipamv1.SubnetPoolSpec, 
 	} else if ref != nil && (old == nil || old.ParentRef == nil || *ref != *old.ParentRef) {
 		v.merge(validateReference(*ref, namespace, "to carve this pool from", path.Child("parentRef")))
 	}
+	v.merge(validateAllowedNamespaces(spec.AllowedNamespaces, path.Child("allowedNamespaces")))
 	for i, r := range spec.Reserved {
 		var rp netip.Prefix
 		var err *field.Error
@@ -263,10 +301,21 @@ func validatePoolSpec(namespace, name string, spec, old *ipamv1.SubnetPoolSpec, 
 // describe names up to maxNamed claims with their ranges, plus a count of
 // the rest: "Subnet team-a/web (10.0.1.0/24), SubnetPool team-a/x (...) and
 // 4 more".
-func describe(found []ledger.Claimant, total int) string {
+//
+// A claimant's refusal names an object only if it is in one of the
+// namespaces in visible (the requester's and the pool's): across
+// namespaces a tenant learns the range it collides with, which is what it
+// needs to pick another, and not the names of other tenants' objects. A
+// pool's owners, who consented to those claims, see every name (visible
+// nil).
+func describe(found []ledger.Claimant, total int, visible []string) string {
 	parts := make([]string, 0, len(found))
 	for _, c := range found {
-		parts = append(parts, fmt.Sprintf("%s (%s)", c.Ref, c.Range))
+		if visible == nil || slices.Contains(visible, c.Ref.Namespace) {
+			parts = append(parts, fmt.Sprintf("%s (%s)", c.Ref, c.Range))
+		} else {
+			parts = append(parts, fmt.Sprintf("a range held in another namespace (%s)", c.Range))
+		}
 	}
 	s := strings.Join(parts, ", ")
 	if extra := total - len(found); extra > 0 {

@@ -67,8 +67,8 @@ func (w *world) fresh(timeout time.Duration) *freshness {
 	return newFreshness(w.api, w.ledger, timeout, time.Second)
 }
 
-// fakeAPI answers the barrier's LIST with limit=1: the namespace's count of
-// the kind. (A real API server returns one item and remainingItemCount.)
+// fakeAPI answers the barrier's LIST with limit=1: the namespace's (or
+// every namespace's) count of the kind. (A real API server returns one item and remainingItemCount.)
 type fakeAPI struct {
 	client.Reader
 	mu      sync.Mutex
@@ -93,10 +93,20 @@ func (f *fakeAPI) List(_ context.Context, list client.ObjectList, opts ...client
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	o := (&client.ListOptions{}).ApplyOptions(opts)
-	count := f.pools[o.Namespace]
+	inScope := func(counts map[string]int) int {
+		if o.Namespace != "" {
+			return counts[o.Namespace]
+		}
+		total := 0 // every namespace
+		for _, n := range counts {
+			total += n
+		}
+		return total
+	}
+	count := inScope(f.pools)
 	switch l := list.(type) {
 	case *ipamv1.SubnetList:
-		count = f.subnets[o.Namespace]
+		count = inScope(f.subnets)
 		if count > 0 {
 			l.Items = make([]ipamv1.Subnet, 1)
 		}

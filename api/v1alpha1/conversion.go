@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,9 @@ const (
 	AnnotationPoolRef = "ipam.subnet-operator.io/v1alpha2-pool-ref"
 	// AnnotationParentRef holds a SubnetPool's v1alpha2 spec.parentRef.
 	AnnotationParentRef = "ipam.subnet-operator.io/v1alpha2-parent-ref"
+	// AnnotationAllowedNamespaces holds a SubnetPool's v1alpha2
+	// spec.allowedNamespaces (JSON), which v1alpha1 has no field for.
+	AnnotationAllowedNamespaces = "ipam.subnet-operator.io/v1alpha2-allowed-namespaces"
 )
 
 // ConvertSubnetToHub converts a v1alpha1 Subnet to v1alpha2. It leaves
@@ -71,10 +75,12 @@ func ConvertSubnetPoolToHub(_ context.Context, src *SubnetPool, dst *v1alpha2.Su
 	if src.Spec.ParentRef != "" {
 		parent = &ref
 	}
+	allowed, meta := allowedToHub(meta)
 	dst.ObjectMeta = meta
 	dst.Spec = v1alpha2.SubnetPoolSpec{
 		CIDR:                src.Spec.CIDR,
 		ParentRef:           parent,
+		AllowedNamespaces:   allowed,
 		DefaultPrefixLength: copyInt32(src.Spec.DefaultPrefixLength),
 		MinPrefixLength:     copyInt32(src.Spec.MinPrefixLength),
 		MaxPrefixLength:     copyInt32(src.Spec.MaxPrefixLength),
@@ -107,7 +113,7 @@ func ConvertSubnetPoolFromHub(_ context.Context, src *v1alpha2.SubnetPool, dst *
 		ref = *src.Spec.ParentRef
 	}
 	parent, meta := referenceFromHub(src.ObjectMeta, ref, AnnotationParentRef)
-	dst.ObjectMeta = meta
+	dst.ObjectMeta = allowedFromHub(meta, src.Spec.AllowedNamespaces)
 	dst.Spec = SubnetPoolSpec{
 		CIDR:                src.Spec.CIDR,
 		ParentRef:           parent,
@@ -179,6 +185,45 @@ func referenceFromHub(meta metav1.ObjectMeta, ref v1alpha2.PoolReference, annota
 		meta.Annotations = nil
 	}
 	return ref.Name, meta
+}
+
+// allowedToHub takes a pool's spec.allowedNamespaces out of the annotation
+// that carries it through v1alpha1 (meta is already a copy). One that does
+// not decode is dropped, and the pool allows its own namespace only: the
+// safe reading, and failing would fail a whole list.
+func allowedToHub(meta metav1.ObjectMeta) (*v1alpha2.AllowedNamespaces, metav1.ObjectMeta) {
+	carried, ok := meta.Annotations[AnnotationAllowedNamespaces]
+	if !ok {
+		return nil, meta
+	}
+	delete(meta.Annotations, AnnotationAllowedNamespaces)
+	if len(meta.Annotations) == 0 {
+		meta.Annotations = nil
+	}
+	var allowed v1alpha2.AllowedNamespaces
+	if err := json.Unmarshal([]byte(carried), &allowed); err != nil {
+		return nil, meta
+	}
+	return &allowed, meta
+}
+
+// allowedFromHub puts spec.allowedNamespaces into the annotation (meta is a
+// copy), replacing one a client wrote.
+func allowedFromHub(meta metav1.ObjectMeta, allowed *v1alpha2.AllowedNamespaces) metav1.ObjectMeta {
+	delete(meta.Annotations, AnnotationAllowedNamespaces)
+	if allowed != nil {
+		data, err := json.Marshal(allowed)
+		if err == nil { // a struct of strings and maps always marshals
+			if meta.Annotations == nil {
+				meta.Annotations = map[string]string{}
+			}
+			meta.Annotations[AnnotationAllowedNamespaces] = string(data)
+		}
+	}
+	if len(meta.Annotations) == 0 {
+		meta.Annotations = nil
+	}
+	return meta
 }
 
 func copyInt32(p *int32) *int32 {

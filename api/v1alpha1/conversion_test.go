@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -28,7 +29,7 @@ func filler(seed int64) *randfill.Filler {
 			m.Namespace = pick(c)
 			// The annotations that carry references, as a client may write
 			// them: well formed or not, agreeing with the reference or not.
-			for _, reserved := range []string{AnnotationPoolRef, AnnotationParentRef} {
+			for _, reserved := range []string{AnnotationPoolRef, AnnotationParentRef, AnnotationAllowedNamespaces} {
 				switch c.Intn(4) {
 				case 0:
 					delete(m.Annotations, reserved)
@@ -91,6 +92,23 @@ func carriedByV1alpha1(meta *metav1.ObjectMeta, name, annotation string) {
 	if !found || ns == "" || ns == meta.Namespace || name == "" || carriedName != name {
 		withoutAnnotation(meta, annotation)
 	}
+}
+
+// allowedCarriedByV1alpha1 is what a v1alpha1 pool's allowedNamespaces
+// annotation means after a round trip: kept, in the form v1alpha2 writes
+// it, if it decodes; otherwise dropped.
+func allowedCarriedByV1alpha1(meta *metav1.ObjectMeta) {
+	carried, ok := meta.Annotations[AnnotationAllowedNamespaces]
+	if !ok {
+		return
+	}
+	var allowed v1alpha2.AllowedNamespaces
+	if json.Unmarshal([]byte(carried), &allowed) != nil {
+		withoutAnnotation(meta, AnnotationAllowedNamespaces)
+		return
+	}
+	data, _ := json.Marshal(allowed)
+	meta.Annotations[AnnotationAllowedNamespaces] = string(data)
 }
 
 func TestSubnetRoundTrips(t *testing.T) {
@@ -156,6 +174,7 @@ func TestSubnetPoolRoundTrips(t *testing.T) {
 		want.TypeMeta = metav1.TypeMeta{}
 		sameNamespace(want.Spec.ParentRef, want.Namespace)
 		withoutAnnotation(&want.ObjectMeta, AnnotationParentRef)
+		withoutAnnotation(&want.ObjectMeta, AnnotationAllowedNamespaces)
 		if !apiequality.Semantic.DeepEqual(want, &back) {
 			t.Fatalf("v1alpha2 -> v1alpha1 -> v1alpha2 (-want +got):\n%s", cmp.Diff(want, &back))
 		}
@@ -174,6 +193,7 @@ func TestSubnetPoolRoundTrips(t *testing.T) {
 		want := spoke.DeepCopy()
 		want.TypeMeta = metav1.TypeMeta{}
 		carriedByV1alpha1(&want.ObjectMeta, want.Spec.ParentRef, AnnotationParentRef)
+		allowedCarriedByV1alpha1(&want.ObjectMeta)
 		if !apiequality.Semantic.DeepEqual(want, &back) {
 			t.Fatalf("v1alpha1 -> v1alpha2 -> v1alpha1 (-want +got):\n%s", cmp.Diff(want, &back))
 		}

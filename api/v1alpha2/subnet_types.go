@@ -16,8 +16,9 @@ type PoolReference struct {
 
 	// Namespace of the SubnetPool. The defaulting webhook fills in the
 	// referring object's own namespace when it is left out, and an empty
-	// namespace means that namespace everywhere. References into another
-	// namespace are not served yet: admission refuses them and the
+	// namespace means that namespace everywhere. A pool in another
+	// namespace must allow the referring object's namespace
+	// (spec.allowedNamespaces); admission refuses the others and the
 	// controller does not grant them (reason NotAllowed).
 	// +optional
 	// +kubebuilder:validation:MinLength=1

@@ -66,6 +66,42 @@ type SubnetPoolSpec struct {
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/24 (no zone, no leading zeros, no IPv4-mapped IPv6)"
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"
 	Reserved []string `json:"reserved,omitempty"`
+
+	// AllowedNamespaces says from which namespaces Subnets and child pools
+	// may claim from this pool, the way a Gateway's allowedRoutes does.
+	// Unset means Same: only the pool's own namespace. A namespace that
+	// loses the right keeps the ranges its claims hold; the pool's
+	// ClaimsNotAllowed condition names them, and new claims are refused.
+	// +optional
+	AllowedNamespaces *AllowedNamespaces `json:"allowedNamespaces,omitempty"`
+}
+
+// FromNamespaces says which namespaces a pool allows claims from.
+// +kubebuilder:validation:Enum=Same;All;Selector
+type FromNamespaces string
+
+const (
+	// FromSame allows only the pool's own namespace (the default).
+	FromSame FromNamespaces = "Same"
+	// FromAll allows every namespace.
+	FromAll FromNamespaces = "All"
+	// FromSelector allows the pool's own namespace and the namespaces whose
+	// labels match the selector.
+	FromSelector FromNamespaces = "Selector"
+)
+
+// AllowedNamespaces is a pool's consent to claims from other namespaces.
+// +kubebuilder:validation:XValidation:rule="self.from == 'Selector' ? has(self.selector) : !has(self.selector)",message="selector is required when from is Selector, and allowed only then"
+type AllowedNamespaces struct {
+	// From is Same, All or Selector.
+	// +optional
+	// +kubebuilder:default=Same
+	From FromNamespaces `json:"from,omitempty"`
+
+	// Selector selects namespaces by their labels, when From is Selector.
+	// The pool's own namespace is always allowed.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
 
 // SubnetPoolStatus is what the controller observed of the pool. Address counts
@@ -140,7 +176,9 @@ type SubnetPoolStatus struct {
 	AllocatableBlocks string `json:"allocatableBlocks,omitempty"`
 
 	// Conditions: Ready (the pool serves spec.cidr), Exhausted (no block of the
-	// default length is left) and Overlapping (some claims lost arbitration).
+	// default length is left), Overlapping (some claims lost arbitration)
+	// and ClaimsNotAllowed (claims hold ranges from namespaces that
+	// spec.allowedNamespaces no longer allows).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -163,6 +201,8 @@ type SubnetPoolStatus struct {
 // +kubebuilder:printcolumn:name="Used%",type=integer,JSONPath=`.status.utilizationPercent`
 // +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.free`
 // +kubebuilder:printcolumn:name="Largest Free",type=string,JSONPath=`.status.largestFreeBlock`
+// +kubebuilder:printcolumn:name="Parent Namespace",type=string,JSONPath=`.spec.parentRef.namespace`,priority=1
+// +kubebuilder:printcolumn:name="Allowed",type=string,JSONPath=`.spec.allowedNamespaces.from`,priority=1
 // +kubebuilder:printcolumn:name="Utilization",type=string,JSONPath=`.status.utilization`,priority=1
 // +kubebuilder:printcolumn:name="Subnets",type=integer,JSONPath=`.status.subnets`,priority=1
 // +kubebuilder:printcolumn:name="Allocatable",type=string,JSONPath=`.status.allocatableBlocks`,priority=1

@@ -9,6 +9,10 @@ const (
 	ConditionExhausted = "Exhausted"
 	// ConditionOverlapping on a pool: some of its claims lost arbitration.
 	ConditionOverlapping = "Overlapping"
+	// ConditionClaimsNotAllowed on a pool: claims hold ranges from
+	// namespaces that spec.allowedNamespaces no longer allows. They keep
+	// them; the message names the first few.
+	ConditionClaimsNotAllowed = "ClaimsNotAllowed"
 )
 
 // Condition reasons. They are CamelCase and stable: dashboards and alerts
@@ -32,8 +36,10 @@ const (
 	// range, is of the other address family, or its prefix length is outside
 	// the pool's bounds.
 	ReasonOutOfRange = "OutOfRange"
-	// ReasonNotAllowed: the claim references a pool in another namespace,
-	// which the pool does not allow (today no pool does).
+	// ReasonNotAllowed: the claim references a pool in another namespace
+	// whose spec.allowedNamespaces does not allow the claim's namespace.
+	// On a pool's ClaimsNotAllowed condition (True): some claims that hold
+	// ranges are no longer allowed.
 	ReasonNotAllowed = "NotAllowed"
 	// ReasonInvalidSpec: the spec cannot be parsed (only reachable when the
 	// CRD schema and the webhook were both bypassed).
@@ -61,6 +67,8 @@ const (
 	ReasonClaimsOverlap = "ClaimsOverlap"
 	// ReasonNoOverlap: Overlapping is False.
 	ReasonNoOverlap = "NoOverlap"
+	// ReasonAllAllowed: ClaimsNotAllowed is False.
+	ReasonAllAllowed = "AllAllowed"
 )
 
 const (

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -53,6 +54,7 @@ type flags struct {
 	reconcileTimeout                                time.Duration
 	freshnessTimeout                                time.Duration
 	auditInterval                                   time.Duration
+	rootPoolNamespaces                              string
 	poolAlertsLabel                                 string
 }
 
@@ -85,6 +87,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.DurationVar(&f.reconcileTimeout, "reconcile-timeout", 90*time.Second, "Bound on one reconcile.")
 	flag.DurationVar(&f.freshnessTimeout, "admission-freshness-timeout", 2*time.Second, "Bound on how long an admission waits for this replica's view to catch up with the API server.")
 	flag.StringVar(&f.poolAlertsLabel, "pool-alerts-label", "ipam.subnet-operator.io/alerts", "SubnetPool label that, set to \"off\", opts a pool out of the per-pool alerts (the metric subnet_operator_pool_info says alerts=\"off\").")
+	flag.StringVar(&f.rootPoolNamespaces, "root-pool-namespace-selector", "", "Label selector of the namespaces where root SubnetPools (without parentRef) may be created, such as ipam.subnet-operator.io/platform=true; empty: every namespace. Admission refuses a root pool elsewhere.")
 	flag.DurationVar(&f.auditInterval, "audit-interval", 5*time.Minute, "How often the leader checks that no two Ready claims overlap and each lies inside its pool; 0 turns the audit off.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
@@ -189,7 +192,13 @@ func run(ctx context.Context, f flags) error {
 	if err := mgr.Add(feed); err != nil {
 		return err
 	}
-	if err := webhooks.Setup(mgr, l, mgr.GetAPIReader(), webhooks.Options{FreshnessTimeout: f.freshnessTimeout}); err != nil {
+	webhookOpts := webhooks.Options{FreshnessTimeout: f.freshnessTimeout}
+	if f.rootPoolNamespaces != "" {
+		if webhookOpts.RootPoolNamespaces, err = labels.Parse(f.rootPoolNamespaces); err != nil {
+			return fmt.Errorf("--root-pool-namespace-selector: %w", err)
+		}
+	}
+	if err := webhooks.Setup(mgr, l, mgr.GetAPIReader(), webhookOpts); err != nil {
 		return err
 	}
 	common := reconcilers.Options{Timeout: f.reconcileTimeout}

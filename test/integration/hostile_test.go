@@ -95,10 +95,14 @@ func catalog() []hostile {
 			create: `{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet","metadata":{"name":"h36"},"spec":{"poolRef":{"name":"dc"},"cidr":"10.0.2.0/24"}}`,
 			want:   `the server could not find the requested resource`},
 		// Pools.
-		{rule: "a pool in another namespace", create: sub("h38", `{poolRef: {name: dc, namespace: elsewhere}, cidr: 10.0.2.0/24}`),
-			want: `spec.poolRef.namespace: Forbidden: SubnetPool elsewhere/dc allows claims only from its own namespace elsewhere, not from NS`},
-		{rule: "a parent in another namespace", create: pool("across", "{parentRef: {name: dc, namespace: elsewhere}, cidr: 10.0.32.0/20}"),
-			want: `spec.parentRef.namespace: Forbidden: SubnetPool elsewhere/dc allows claims only from its own namespace elsewhere, not from NS`},
+		{rule: "a pool in another namespace that does not allow it", create: sub("h38", `{poolRef: {name: dc, namespace: OTHER}, cidr: 10.0.2.0/24}`),
+			want: `spec.poolRef: Forbidden: SubnetPool OTHER/dc allows claims only from its own namespace OTHER (spec.allowedNamespaces.from: Same), not from NS; ask its owners to allow this namespace in spec.allowedNamespaces`},
+		{rule: "a parent in another namespace that does not allow it", create: pool("across", "{parentRef: {name: dc, namespace: OTHER}, cidr: 10.0.32.0/20}"),
+			want: `spec.parentRef: Forbidden: SubnetPool OTHER/dc allows claims only from its own namespace OTHER (spec.allowedNamespaces.from: Same), not from NS`},
+		{rule: "allowedNamespaces Selector without a selector", create: pool("consent", "{cidr: 192.168.0.0/16, allowedNamespaces: {from: Selector}}"),
+			want: `spec.allowedNamespaces.selector: Required value: from: Selector needs a namespace label selector, such as {matchLabels: {ipam.subnet-operator.io/tenant: "true"}}`},
+		{rule: "allowedNamespaces from a value it does not know", create: pool("consent", "{cidr: 192.168.0.0/16, allowedNamespaces: {from: Everyone}}"),
+			want: `spec.allowedNamespaces.from: Unsupported value: "Everyone": supported values: "Same", "All", "Selector"`},
 		{rule: "its own parent", create: pool("self", "{parentRef: {name: self}, cidr: 10.0.32.0/20}"), want: `spec.parentRef: Invalid value: "self": must not name the pool itself`},
 		{rule: "missing parent", create: pool("orphan", "{parentRef: {name: nowhere}, cidr: 10.0.32.0/20}"), want: `SubnetPool NS/nowhere does not exist; create the parent pool first`},
 		{rule: "a parentRef that is not a name", create: pool("badparent", "{parentRef: {name: Parent_Pool}, cidr: 10.0.32.0/20}"),
@@ -137,6 +141,9 @@ func TestHostileInputCatalog(t *testing.T) {
 	ns := namespace(t)
 	setupPools(t, ns)
 	create(t, newPool(ns, "v6", "2001:db8::/48", 64))
+	// A pool in another namespace, which allows only its own (the default).
+	other := namespace(t)
+	create(t, newPool(other, "dc", "10.0.0.0/16", 24))
 	dc := getPool(t, ns, "dc")
 	poolShows(t, ns, "dc", allocatedIs("33024"))
 	before := snapshot(t, ns)
@@ -153,13 +160,13 @@ func TestHostileInputCatalog(t *testing.T) {
 		case c.raw != "":
 			_, stderr, err = kubectl(t, c.create, "create", "--raw", c.raw, "-f", "-")
 		case c.create != "":
-			_, stderr, err = kubectl(t, strings.ReplaceAll(c.create, "NS", ns), "create", "-f", "-")
+			_, stderr, err = kubectl(t, strings.NewReplacer("NS", ns, "OTHER", other).Replace(c.create), "create", "-f", "-")
 		case c.patch != nil:
 			_, stderr, err = kubectl(t, "", append([]string{"patch", "-n", ns}, c.patch...)...)
 		default:
 			_, stderr, err = kubectl(t, "", append([]string{"delete", "-n", ns}, c.remove...)...)
 		}
-		printed := strings.TrimSpace(strings.ReplaceAll(stderr, ns, "NS"))
+		printed := strings.TrimSpace(strings.NewReplacer(other, "OTHER", ns, "NS").Replace(stderr))
 		if err == nil {
 			t.Errorf("%s: accepted", c.rule)
 			continue
