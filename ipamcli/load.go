@@ -55,7 +55,10 @@ func listSubnets(ctx context.Context, c client.Reader, opts ...client.ListOption
 // child pools), and the Subnets that claim from it into a ledger of its own:
 // the operator's record of that pool, rebuilt from what the API shows. The
 // Subnets are selected on the server (spec.poolRef is a selectable field),
-// so the read is the pool's size, not the cluster's.
+// so the read is the pool's size, not the cluster's. A pool that allows
+// other namespaces has claims there too: they are listed in every
+// namespace, which needs the right to list Subnets and SubnetPools
+// cluster-wide.
 func poolLedger(ctx context.Context, c client.Reader, namespace, pool string) (*ledger.Ledger, *ipamv1.SubnetPool, error) {
 	pools, err := listPools(ctx, c, client.InNamespace(namespace))
 	if err != nil {
@@ -72,12 +75,33 @@ func poolLedger(ctx context.Context, c client.Reader, namespace, pool string) (*
 	if target == nil {
 		return nil, nil, fmt.Errorf("SubnetPool %s/%s not found", namespace, pool)
 	}
-	subnets, err := listSubnets(ctx, c, client.InNamespace(namespace), client.MatchingFields{"spec.poolRef.name": pool})
+	scope := []client.ListOption{client.InNamespace(namespace)}
+	shared := target.Spec.AllowedNamespaces != nil && target.Spec.AllowedNamespaces.From != "" && target.Spec.AllowedNamespaces.From != ipamv1.FromSame
+	if shared {
+		scope = nil // every namespace
+		children, err := listPools(ctx, c, client.MatchingFields{"spec.parentRef.name": pool})
+		if err != nil {
+			return nil, nil, fmt.Errorf("SubnetPool %s/%s allows other namespaces, whose child pools need a cluster-wide list: %w", namespace, pool, err)
+		}
+		for i := range children {
+			if ref := children[i].Spec.ParentRef; children[i].Namespace != namespace && ref != nil && ref.In(children[i].Namespace) == namespace {
+				l.ApplyPool(&children[i], ledger.Created, nil)
+			}
+		}
+	}
+	subnets, err := listSubnets(ctx, c, append(scope, client.MatchingFields{"spec.poolRef.name": pool})...)
 	if err != nil {
+		if shared {
+			err = fmt.Errorf("SubnetPool %s/%s allows other namespaces, whose Subnets need a cluster-wide list: %w", namespace, pool, err)
+		}
 		return nil, nil, err
 	}
 	for i := range subnets {
-		l.ApplySubnet(&subnets[i], ledger.Created, nil)
+		// The field selector matches the name: keep the claims on this
+		// namespace's pool of that name.
+		if subnets[i].Spec.PoolRef.In(subnets[i].Namespace) == namespace {
+			l.ApplySubnet(&subnets[i], ledger.Created, nil)
+		}
 	}
 	return l, target, nil
 }

@@ -286,9 +286,16 @@ func (b *book) whyNotGranted(s *slot, c *claim) Decision {
 		// say what is known rather than guess.
 		return Decision{Reason: ipamv1.ReasonPending, Message: "waiting for arbitration"}
 	}
+	// The status is the claimant's to read: it names the winner only in
+	// the claimant's or the pool's namespace, as admission does
+	// (docs/design/tenancy.md, "What a tenant may learn").
+	holder := "a claim in another namespace"
+	if ns := winner.id.namespace(); ns == c.id.namespace() || ns == c.pool.namespace() {
+		holder = winner.id.ref().String()
+	}
 	return Decision{Reason: ipamv1.ReasonOverlaps, Winner: winner.id.ref(),
 		Message: fmt.Sprintf("%s overlaps %s (%s), which holds it; this claim is granted if that one is deleted",
-			c.requested, winner.id.ref(), winner.holds())}
+			c.requested, holder, winner.holds())}
 }
 
 // rules are what the slot's pool allows, in the words the webhooks use.

@@ -262,3 +262,41 @@ func TestSweepSkipsClaimsNotAllowed(t *testing.T) {
 		t.Fatalf("a claim not allowed holds %v", found)
 	}
 }
+
+// A claim that loses to another tenant's claim learns the range, not the
+// other tenant's object; one that loses to the pool's own namespace's
+// claim learns its name.
+func TestOverlapsNamesOnlyVisibleWinners(t *testing.T) {
+	l := New()
+	l.MarkSynced()
+	corp := movePool(rootPool("corp", "10.0.0.0/16", 24), "netops")
+	corp.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	l.ApplyPool(corp, Created, nil)
+	claim := func(namespace, name, cidr string, age int) *ipamv1.Subnet {
+		s := moveSubnet(explicit(name, "corp", cidr, age), namespace)
+		s.Spec.PoolRef.Namespace = "netops"
+		l.ApplySubnet(s, Created, nil)
+		return s
+	}
+	a := claim("team-a", "a", "10.0.5.0/24", 1)
+	if d, _ := l.DecideSubnet("team-a", "a", a.UID); !d.Ready() {
+		t.Fatalf("first claim: %+v", d)
+	}
+	l.ApplySubnet(ready(a, "10.0.5.0/24"), Updated, nil)
+	own := claim("netops", "own", "10.0.6.0/24", 2)
+	if d, _ := l.DecideSubnet("netops", "own", own.UID); !d.Ready() {
+		t.Fatalf("platform claim: %+v", d)
+	}
+	l.ApplySubnet(ready(own, "10.0.6.0/24"), Updated, nil)
+
+	b := claim("team-b", "b", "10.0.5.0/25", 3)
+	d, _ := l.DecideSubnet("team-b", "b", b.UID)
+	if want := "10.0.5.0/25 overlaps a claim in another namespace (10.0.5.0/24), which holds it; this claim is granted if that one is deleted"; d.Reason != ipamv1.ReasonOverlaps || d.Message != want {
+		t.Errorf("loser to another tenant: %+v", d)
+	}
+	c := claim("team-b", "c", "10.0.6.0/25", 4)
+	d, _ = l.DecideSubnet("team-b", "c", c.UID)
+	if want := "10.0.6.0/25 overlaps Subnet netops/own (10.0.6.0/24), which holds it; this claim is granted if that one is deleted"; d.Message != want {
+		t.Errorf("loser to the platform's claim: %+v", d)
+	}
+}

@@ -280,6 +280,39 @@ func TestNextIsWhatTheControllerAllocates(t *testing.T) {
 	}
 }
 
+// A pool that tenants in other namespaces claim from: free and next count
+// their claims, which live outside the pool's namespace.
+func TestFreeAndNextSeeOtherNamespacesClaims(t *testing.T) {
+	ctx := context.Background()
+	id := rand.IntN(1 << 16)
+	platform, tenant := fmt.Sprintf("ipam-plan-%04x", id), fmt.Sprintf("ipam-tenant-%04x", id)
+	for _, ns := range []string{platform, tenant} {
+		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shared := pool(platform, "shared", "10.40.0.0/24", "", 26)
+	shared.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	claim := subnet(tenant, "a", "shared", "10.40.0.0/25", 0)
+	claim.Spec.PoolRef.Namespace = platform
+	kids := pool(tenant, "kids", "10.40.0.128/26", "shared", 0)
+	kids.Spec.ParentRef.Namespace = platform
+	for _, o := range []client.Object{shared, claim, kids} {
+		if err := k8s.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled(t, tenant)
+	stdout, stderr, code := kubectlIPAM(t, "free", "shared", "-n", platform)
+	if code != 0 || !strings.Contains(stdout, "10.40.0.192/26") || strings.Contains(stdout, "10.40.0.0/25") || strings.Contains(stdout, "10.40.0.128/26") {
+		t.Errorf("free: exit %d\n%s%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = kubectlIPAM(t, "next", "shared", "-n", platform)
+	if code != 0 || strings.TrimSpace(stdout) != "10.40.0.192/26" {
+		t.Errorf("next: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
 // parentRef references the parent pool name in the pool's own namespace;
 // none for "".
 func parentRef(name string) *ipamv1.PoolReference {
