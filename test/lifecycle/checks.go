@@ -21,7 +21,7 @@ import (
 // persists (an overlap that lasts, a claim that keeps waiting) is reported
 // once.
 type finding struct {
-	Check  string // S1..S4 (safety, on the history), L1..L4 (liveness, at quiescence), H (the recorder itself)
+	Check  string // S1..S5 (safety, on the history), L1..L4 (liveness, at quiescence), H (the recorder itself)
 	Key    string
 	Detail string
 }
@@ -48,18 +48,16 @@ func (r *quiescentReport) add(check, key, format string, args ...any) {
 }
 
 // checkQuiescent checks a settled system: every object of the test's
-// namespaces, from one listing, after all operations returned.
-func checkQuiescent(objs []obj) quiescentReport {
+// namespaces, from one listing, after all operations returned, and the
+// namespaces' labels.
+func checkQuiescent(objs []obj, labels map[string]map[string]string) quiescentReport {
 	r := quiescentReport{grandfathered: map[types.UID]string{}}
-	worlds := newWorlds(objs)
-	for _, ns := range slices.Sorted(maps.Keys(worlds)) {
-		w := worlds[ns]
-		for _, name := range slices.Sorted(maps.Keys(w.subnets)) {
-			r.checkSubnet(w, w.subnets[name])
-		}
-		for _, name := range slices.Sorted(maps.Keys(w.pools)) {
-			r.checkPool(w, w.pools[name])
-		}
+	w := newWorld(objs, labels)
+	for _, name := range slices.Sorted(maps.Keys(w.subnets)) {
+		r.checkSubnet(w, w.subnets[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(w.pools)) {
+		r.checkPool(w, w.pools[name])
 	}
 	return r
 }
@@ -96,7 +94,7 @@ func (r *quiescentReport) checkSubnet(w *world, s *obj) {
 		r.add("L2", id(s, "fits/"+ready.Reason), "Subnet waits (%s) while it fits (%s): %s", ready.Reason, fit, s)
 	case !ok:
 		r.add("L2", id(s, "reason/"+ready.Reason), "Subnet reason %s is not justified; the model says %s: %s", ready.Reason, describeReasons(justified), s)
-	case ready.Reason == ipamv1.ReasonOverlaps && !namesOneOf(ready.Message, w.namespace, why):
+	case ready.Reason == ipamv1.ReasonOverlaps && !namesOneOf(ready.Message, s, why):
 		r.add("L2", id(s, "message"), "Subnet reason Overlaps names none of the claims that hold an overlapping range (%s): %s", keys(why), s)
 	}
 }
@@ -105,6 +103,11 @@ func (r *quiescentReport) checkSubnet(w *world, s *obj) {
 // claims that justify Overlaps; none means it must be Ready. fit says why
 // it fits, for the report.
 func subnetReasons(w *world, s *obj) (map[string][]*obj, string) {
+	// A pool that does not allow the Subnet's namespace grants it nothing,
+	// whatever else is true.
+	if p := w.pools[s.Ref]; p != nil && !w.allows(p, s.Namespace) {
+		return map[string][]*obj{ipamv1.ReasonNotAllowed: nil}, ""
+	}
 	served, p, why := w.serving(s.Ref)
 	if why != "" {
 		return map[string][]*obj{why: nil}, ""
@@ -142,11 +145,17 @@ func describeReasons(m map[string][]*obj) string {
 	return "one of " + strings.Join(slices.Sorted(maps.Keys(m)), ", ")
 }
 
-// namesOneOf reports whether a message names one of the claims as
-// "<namespace>/<name>".
-func namesOneOf(message, namespace string, claims []*obj) bool {
+// namesOneOf reports whether the message of claim s names one of the
+// claims: as "<namespace>/<name>" if it is in s's namespace or in the
+// pool's, else by its range only ("a claim in another namespace (<range>)":
+// a tenant does not learn other tenants' names).
+func namesOneOf(message string, s *obj, claims []*obj) bool {
 	for _, c := range claims {
-		if strings.Contains(message, namespace+"/"+c.Name) {
+		visible := c.Namespace == s.Namespace || c.Namespace == s.refNamespace()
+		if visible && strings.Contains(message, c.Namespace+"/"+c.Name) {
+			return true
+		}
+		if !visible && strings.Contains(message, fmt.Sprintf("a claim in another namespace (%s)", c.held())) {
 			return true
 		}
 	}
@@ -159,7 +168,7 @@ var claimsOutsideCount = regexp.MustCompile(`(\d+) claims? lies? outside`)
 // recomputation) and L4 (Ready reason is the model's).
 func (r *quiescentReport) checkPool(w *world, p *obj) {
 	r.checks++
-	users := len(w.claims[p.Name])
+	users := len(w.claims[p.path()])
 	if p.Deleting && users == 0 {
 		r.add("L1", id(p, "deleting"), "pool is still being deleted though nothing uses it: %s", p)
 	}
@@ -231,17 +240,30 @@ func poolReasons(w *world, p *obj) (justified map[string]string, outsideCounts [
 	if p.Ref == "" {
 		return justified, outsideCounts, ""
 	}
-	if w.cycle(p.Name) {
+	if w.cycle(p.path()) {
 		justified[ipamv1.ReasonCycle] = "parentRef chain loops"
+	}
+	x, held := p.requested(), p.held()
+	// A parent that does not allow the pool's namespace grants it nothing
+	// new; a range it holds it keeps.
+	allowed := true
+	if parent := w.pools[p.Ref]; parent != nil && !w.allows(parent, p.Namespace) {
+		allowed = false
+		if !held.IsValid() {
+			justified[ipamv1.ReasonNotAllowed] = "parent " + p.Ref + " does not allow namespace " + p.Namespace
+			return justified, outsideCounts, ""
+		}
 	}
 	parentServed, parent, why := w.serving(p.Ref)
 	if why != "" {
 		justified[why] = "parent " + p.Ref
 		return justified, outsideCounts, ""
 	}
-	x, held := p.requested(), p.held()
 	if x == held {
 		return justified, outsideCounts, ""
+	}
+	if !allowed {
+		justified[ipamv1.ReasonNotAllowed] = "parent " + p.Ref + " no longer allows namespace " + p.Namespace
 	}
 	// The child asks for a range it does not hold (new, grown or shrunk).
 	changeOK := true
@@ -255,7 +277,7 @@ func poolReasons(w *world, p *obj) (justified map[string]string, outsideCounts [
 	}
 	if held.IsValid() {
 		var out []*obj
-		for _, c := range w.holders(p.Name, "") {
+		for _, c := range w.holders(p.path(), "") {
 			if !inside(x, c.held()) {
 				out = append(out, c)
 			}
@@ -267,7 +289,7 @@ func poolReasons(w *world, p *obj) (justified map[string]string, outsideCounts [
 			changeOK = false
 		}
 	}
-	if changeOK {
+	if changeOK && allowed {
 		fits = fmt.Sprintf("%s lies inside %s %s, off its reserved, overlaps no other held range, and holds the child's claims", x, parent.key(), parentServed)
 	}
 	return justified, outsideCounts, fits
@@ -277,7 +299,7 @@ func poolReasons(w *world, p *obj) (justified map[string]string, outsideCounts [
 func (r *quiescentReport) checkFigures(w *world, p *obj) {
 	st := p.Figures
 	subnets, children := 0, 0
-	for _, c := range w.claims[p.Name] {
+	for _, c := range w.claims[p.path()] {
 		if c.Kind == kindSubnet {
 			subnets++
 		} else {
@@ -298,8 +320,15 @@ func (r *quiescentReport) checkFigures(w *world, p *obj) {
 	if p.Ref == "" {
 		diff("cidr", p.StatusCIDR, p.CIDR)
 	}
+	notAllowed := w.notAllowed(p)
+	diff("ClaimsNotAllowed", conditionStatus(p, ipamv1.ConditionClaimsNotAllowed), boolStatus(len(notAllowed) > 0))
+	if c := findCondition(p, ipamv1.ConditionClaimsNotAllowed); len(notAllowed) > 0 && c != nil && c.Status == metav1.ConditionTrue &&
+		!strings.HasPrefix(c.Message, fmt.Sprintf("%d claims hold ranges", len(notAllowed))) {
+		diffs = append(diffs, fmt.Sprintf("ClaimsNotAllowed message %q, want it to start with \"%d claims hold ranges\" (%s)", c.Message, len(notAllowed), keys(notAllowed)))
+		fields = append(fields, "ClaimsNotAllowed.message")
+	}
 	if served.IsValid() {
-		holders := w.holders(p.Name, "")
+		holders := w.holders(p.path(), "")
 		f := computeFigures(served, p.reserved(), heldRanges(holders), p.Default, p.Max)
 		diff("capacity", st.Capacity, f.Capacity)
 		diff("reserved", st.Reserved, f.Reserved)
@@ -335,14 +364,14 @@ func (r *quiescentReport) checkFigures(w *world, p *obj) {
 // out of range counts: it overlaps a claim that holds its range.)
 func overlapLosers(w *world, p *obj) []*obj {
 	var out []*obj
-	for _, c := range w.claims[p.Name] {
+	for _, c := range w.claims[p.path()] {
 		x := c.requested()
 		switch {
 		case !x.IsValid():
 		case c.Kind == kindSubnet && c.isReady():
 		case c.Kind == kindPool && x == c.held():
 		default:
-			if len(overlappingHolders(w.holders(p.Name, c.key()), x)) > 0 {
+			if len(overlappingHolders(w.holders(p.path(), c.key()), x)) > 0 {
 				out = append(out, c)
 			}
 		}
@@ -445,7 +474,7 @@ type replayer struct {
 	reported map[string]bool
 	findings []finding
 
-	events, s1Checks, s1Skipped, s2Checks, s3Checks int
+	events, s1Checks, s1Skipped, s2Checks, s3Checks, s5Checks int
 }
 
 func newReplayer() *replayer {
@@ -505,8 +534,7 @@ func (r *replayer) apply(ev event) {
 		tl = &timeline{}
 		r.timelines[v.UID] = tl
 		if v.isClaim() {
-			ref := v.Namespace + "/" + v.Ref
-			r.claimUIDs[ref] = append(r.claimUIDs[ref], v.UID)
+			r.claimUIDs[v.Ref] = append(r.claimUIDs[v.Ref], v.UID)
 		}
 	}
 	tl.versions = append(tl.versions, &v)
@@ -524,9 +552,9 @@ func (r *replayer) apply(ev event) {
 	}
 	r.current[k] = &v
 	if v.isClaim() {
-		ref := v.Namespace + "/" + v.Ref
+		ref := v.Ref
 		if old != nil && old.Ref != v.Ref {
-			delete(r.claims[old.Namespace+"/"+old.Ref], k)
+			delete(r.claims[old.Ref], k)
 		}
 		if r.claims[ref] == nil {
 			r.claims[ref] = map[string]*obj{}
@@ -545,7 +573,7 @@ func (r *replayer) apply(ev event) {
 func (r *replayer) remove(v *obj, rv uint64) {
 	delete(r.current, v.key())
 	if v.isClaim() {
-		delete(r.claims[v.Namespace+"/"+v.Ref], v.key())
+		delete(r.claims[v.Ref], v.key())
 	}
 	if tl := r.timelines[v.UID]; tl != nil && tl.deleted == 0 {
 		tl.deleted = rv
@@ -557,7 +585,7 @@ func (r *replayer) remove(v *obj, rv uint64) {
 func (r *replayer) checkOverlaps(v *obj) {
 	r.s1Checks++
 	h := v.held()
-	for _, other := range r.claims[v.Namespace+"/"+v.Ref] {
+	for _, other := range r.claims[v.Ref] {
 		if other.key() == v.key() || !other.held().Overlaps(h) {
 			continue
 		}
@@ -566,8 +594,8 @@ func (r *replayer) checkOverlaps(v *obj) {
 			a, b = b, a
 		}
 		r.add("S1", fmt.Sprintf("%s/%s/%s/%s", a.UID, a.held(), b.UID, b.held()),
-			"at rv %d two claims of pool %s/%s hold overlapping ranges: %s holds %s and %s holds %s\n\t%s\n\t%s",
-			v.RV, v.Namespace, v.Ref, a.key(), a.held(), b.key(), b.held(), a, b)
+			"at rv %d two claims of pool %s hold overlapping ranges: %s holds %s and %s holds %s\n\t%s\n\t%s",
+			v.RV, v.Ref, a.key(), a.held(), b.key(), b.held(), a, b)
 	}
 }
 
@@ -599,6 +627,9 @@ func (r *replayer) checkNeverRevoked(tl *timeline, v *obj) {
 		case v.StatusCIDR != "" && !slices.Contains(tl.specs, v.StatusCIDR):
 			r.add("S2", string(v.UID)+"/"+v.StatusCIDR, "pool serves %s at rv %d, a range it never asked for (spec.cidr so far: %v): %s", v.StatusCIDR, v.RV, tl.specs, v)
 		}
+		if v.StatusCIDR != "" && !tl.statusSet && v.Ref != "" {
+			r.checkConsent(v)
+		}
 		tl.statusSet = tl.statusSet || v.StatusCIDR != ""
 		return
 	}
@@ -613,6 +644,30 @@ func (r *replayer) checkNeverRevoked(tl *timeline, v *obj) {
 	}
 	tl.readyAt, tl.readyCIDR = v.RV, v.held()
 	r.checkGrant(v)
+	r.checkConsent(v)
+}
+
+// checkConsent is S5, at a claim's first grant: a claim from another
+// namespace than its pool's is granted only if some version of the pool up
+// to the grant allowed other namespaces. (Whether the namespace's labels
+// matched at that moment is not in the history: label changes race
+// decisions by design, and a grant keeps its range when consent is lost;
+// the settled state checks consent against the final labels, L2-L4.)
+func (r *replayer) checkConsent(v *obj) {
+	r.s5Checks++
+	if v.refNamespace() == v.Namespace {
+		return
+	}
+	for _, p := range r.poolVersions[v.Ref] {
+		if p.RV > v.RV {
+			break
+		}
+		if p.Allowed != nil && (p.Allowed.From == ipamv1.FromAll || p.Allowed.From == ipamv1.FromSelector) {
+			return
+		}
+	}
+	r.add("S5", string(v.UID)+"/consent", "a claim from namespace %s was granted %s at rv %d by pool %s, which never allowed other namespaces: %s",
+		v.Namespace, v.held(), v.RV, v.Ref, v)
 }
 
 // checkGrant is S3: what a Subnet holds when it first becomes Ready. An
@@ -636,7 +691,7 @@ func (r *replayer) checkGrant(v *obj) {
 	var defaults []int
 	var servedRanges []string
 	last, within := "", false
-	for _, p := range r.poolVersions[v.Namespace+"/"+v.Ref] {
+	for _, p := range r.poolVersions[v.Ref] {
 		if p.RV > v.RV {
 			break
 		}
@@ -654,8 +709,8 @@ func (r *replayer) checkGrant(v *obj) {
 		}
 	}
 	if !within {
-		r.add("S3", string(v.UID)+"/outside", "Subnet holds %s at rv %d, inside no range its pool %s/%s served at or before that revision (%s): %s",
-			h, v.RV, v.Namespace, v.Ref, strings.Join(servedRanges, ", "), v)
+		r.add("S3", string(v.UID)+"/outside", "Subnet holds %s at rv %d, inside no range its pool %s served at or before that revision (%s): %s",
+			h, v.RV, v.Ref, strings.Join(servedRanges, ", "), v)
 	}
 	if v.CIDR == "" && v.PrefixLength == nil && !slices.Contains(defaults, h.Bits()) {
 		r.add("S3", string(v.UID)+"/default", "Subnet without prefixLength holds %s at rv %d, not of a defaultPrefixLength its pool had (%v): %s", h, v.RV, defaults, v)
@@ -712,8 +767,12 @@ type opRecord struct {
 	Ambiguous bool
 	Attempts  int
 
-	// What was asked: Ref (poolRef/parentRef), CIDR, PrefixLength.
-	Ref          string
+	// What was asked: Ref (poolRef/parentRef, "namespace/name"), CIDR,
+	// PrefixLength.
+	Ref string
+	// Shared: the claim is on a pool that claims from several namespaces
+	// can reach, whose admission takes its freshness reads cluster-wide.
+	Shared       bool
 	CIDR         string
 	PrefixLength *int32
 }
@@ -817,8 +876,7 @@ func (a *admissionChecker) check(ops []*opRecord, from int, r *replayer) []findi
 			out = append(out, a.checkOne(c2, byEnd, maxRV, r)...)
 		}
 		if c2.RV != 0 {
-			ref := c2.Namespace + "/" + c2.Ref
-			a.explicit[ref] = append(a.explicit[ref], c2)
+			a.explicit[c2.Ref] = append(a.explicit[c2.Ref], c2)
 		}
 	}
 	return out
@@ -836,19 +894,23 @@ func (a *admissionChecker) skip(c2 *opRecord, ops []*opRecord, longest time.Dura
 	i := slices.Index(ops, c2)
 	for j := i - 1; j >= 0 && ops[j].Start.After(c2.Start.Add(-longest-time.Second)); j-- {
 		if concurrent(ops[j], c2) {
-			return "concurrent with another operation on its namespace"
+			return "concurrent with another operation on what its freshness reads count"
 		}
 	}
 	for j := i + 1; j < len(ops) && ops[j].Start.Before(c2.End); j++ {
 		if concurrent(ops[j], c2) {
-			return "concurrent with another operation on its namespace"
+			return "concurrent with another operation on what its freshness reads count"
 		}
 	}
 	return ""
 }
 
+// concurrent: o ran at the same time as c2 on what c2's freshness reads
+// count: c2's namespace, or every namespace for a claim on a shared pool.
+// (Faults and namespace label changes have no namespace: they create and
+// delete no Subnet or pool.)
 func concurrent(o, c2 *opRecord) bool {
-	return o != c2 && o.Namespace == c2.Namespace && o.Namespace != "" &&
+	return o != c2 && o.Namespace != "" && (o.Namespace == c2.Namespace || c2.Shared) &&
 		o.Start.Before(c2.End) && c2.Start.Before(o.End)
 }
 
@@ -861,9 +923,15 @@ func (a *admissionChecker) mayBeUnseen(c2 *opRecord, kind string, seen time.Time
 	if seen.Before(since) {
 		return false
 	}
-	for _, d := range r.deletes[c2.Namespace] {
-		if d.kind == kind && d.rv < c2.RV && !d.received.Before(since) {
-			return true
+	scope := []string{c2.Namespace}
+	if c2.Shared {
+		scope = slices.Collect(maps.Keys(r.deletes))
+	}
+	for _, ns := range scope {
+		for _, d := range r.deletes[ns] {
+			if d.kind == kind && d.rv < c2.RV && !d.received.Before(since) {
+				return true
+			}
 		}
 	}
 	return false
@@ -872,7 +940,7 @@ func (a *admissionChecker) mayBeUnseen(c2 *opRecord, kind string, seen time.Time
 func (a *admissionChecker) checkOne(c2 *opRecord, byEnd []*opRecord, maxRV []uint64, r *replayer) []finding {
 	var out []finding
 	x2 := parsePrefix(c2.CIDR)
-	ref := c2.Namespace + "/" + c2.Ref
+	ref := c2.Ref
 	named := map[types.UID]bool{}
 	for _, c1 := range a.explicit[ref] {
 		if c1.RV == 0 || !c1.End.Before(c2.Start) || !parsePrefix(c1.CIDR).Overlaps(x2) {

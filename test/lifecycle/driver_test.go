@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,6 +183,8 @@ func (d *driver) send(ctx context.Context, r *request, rec *opRecord) error {
 	defer cancel()
 	var o client.Object
 	switch rec.Kind {
+	case kindNamespace:
+		o = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rec.Name}}
 	case kindSubnet:
 		o = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name}}
 	default:

@@ -87,10 +87,18 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs++
-	namespaces := []string{fmt.Sprintf("lifecycle%d-a", runs), fmt.Sprintf("lifecycle%d-b", runs)}
+	// Two tenant namespaces, one labelled tenant at the start, and the
+	// platform namespace whose pools allow the labelled ones.
+	platform := fmt.Sprintf("lifecycle%d-platform", runs)
+	namespaces := []string{fmt.Sprintf("lifecycle%d-a", runs), fmt.Sprintf("lifecycle%d-b", runs), platform}
+	tenants := namespaces[:1]
 	fenceNS := fmt.Sprintf("lifecycle%d-fence", runs)
 	for _, ns := range append(slices.Clone(namespaces), fenceNS) {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		o := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+		if slices.Contains(tenants, ns) {
+			o.Labels = map[string]string{tenantLabel: "true"}
+		}
+		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -106,7 +114,7 @@ func TestLifecycle(t *testing.T) {
 
 	l := &lifecycle{
 		t: t, c: c, namespaces: namespaces, rec: rec, fence: f,
-		gen: newGenerator(seed, namespaces), rep: newReplayer(), adm: newAdmissionChecker(),
+		gen: newGenerator(seed, namespaces, platform, tenants), rep: newReplayer(), adm: newAdmissionChecker(),
 		rpt: &report{t: t, seed: seed, seen: map[string]bool{}, grandfathered: map[types.UID]string{}},
 	}
 	l.d = newDriver(t, env, c)
@@ -229,11 +237,11 @@ func awaitQuiescent(ctx context.Context, c client.Client, namespaces []string, r
 	const stillFor = 2 * time.Second
 	start := time.Now()
 	for {
-		objs, err := listAll(ctx, c, namespaces)
+		objs, labels, err := listAll(ctx, c, namespaces)
 		if err != nil {
 			return quiescentReport{}, 0, err
 		}
-		r := checkQuiescent(objs)
+		r := checkQuiescent(objs, labels)
 		known := true
 		for _, f := range r.findings {
 			known = known && reported[f.Key]
@@ -245,16 +253,23 @@ func awaitQuiescent(ctx context.Context, c client.Client, namespaces []string, r
 	}
 }
 
-func listAll(ctx context.Context, c client.Client, namespaces []string) ([]obj, error) {
+// listAll lists the namespaces' Subnets and pools, and reads their labels.
+func listAll(ctx context.Context, c client.Client, namespaces []string) ([]obj, map[string]map[string]string, error) {
 	var out []obj
+	labels := map[string]map[string]string{}
 	for _, ns := range namespaces {
+		var n corev1.Namespace
+		if err := retryTransient(ctx, func(ctx context.Context) error { return c.Get(ctx, client.ObjectKey{Name: ns}, &n) }); err != nil {
+			return nil, nil, err
+		}
+		labels[ns] = n.Labels
 		var pools ipamv1.SubnetPoolList
 		if err := retryTransient(ctx, func(ctx context.Context) error { return c.List(ctx, &pools, client.InNamespace(ns)) }); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var subnets ipamv1.SubnetList
 		if err := retryTransient(ctx, func(ctx context.Context) error { return c.List(ctx, &subnets, client.InNamespace(ns)) }); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i := range pools.Items {
 			out = append(out, fromPool(&pools.Items[i]))
@@ -263,7 +278,7 @@ func listAll(ctx context.Context, c client.Client, namespaces []string) ([]obj, 
 			out = append(out, fromSubnet(&subnets.Items[i]))
 		}
 	}
-	return out, nil
+	return out, labels, nil
 }
 
 // report collects violations, each once, and fails the test for each (the
@@ -341,8 +356,8 @@ func summary(seed uint64, records []*opRecord, l *lifecycle, wall time.Duration)
 		skipped = append(skipped, fmt.Sprintf("%d %s", adm.skipped[why], why))
 		skippedN += adm.skipped[why]
 	}
-	fmt.Fprintf(&b, "  checks: S1 %d (%d skipped in watch gaps), S2 %d, S3 %d, S4 %d explicit creates judged (%d pairs skipped: a deletion and the claim may both have been undelivered), %d not judged (%s), L1-L4 %d objects checked at quiescence\n",
-		rep.s1Checks, rep.s1Skipped, rep.s2Checks, rep.s3Checks, adm.checked, adm.pairsSkipped, skippedN, strings.Join(skipped, "; "), l.lchecks)
+	fmt.Fprintf(&b, "  checks: S1 %d (%d skipped in watch gaps), S2 %d, S3 %d, S5 %d, S4 %d explicit creates judged (%d pairs skipped: a deletion and the claim may both have been undelivered), %d not judged (%s), L1-L4 %d objects checked at quiescence\n",
+		rep.s1Checks, rep.s1Skipped, rep.s2Checks, rep.s3Checks, rep.s5Checks, adm.checked, adm.pairsSkipped, skippedN, strings.Join(skipped, "; "), l.lchecks)
 	fmt.Fprintf(&b, "  grandfathered claims seen (held outside their pool's range or on its reserved ranges): %d\n", len(rpt.grandfathered))
 	for _, uid := range slices.Sorted(maps.Keys(rpt.grandfathered)) {
 		fmt.Fprintf(&b, "    %s\n", rpt.grandfathered[uid])

@@ -37,6 +37,7 @@ import (
 	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -44,8 +45,9 @@ import (
 
 // Kinds, as the checks name them.
 const (
-	kindSubnet = "Subnet"
-	kindPool   = "SubnetPool"
+	kindSubnet    = "Subnet"
+	kindPool      = "SubnetPool"
+	kindNamespace = "Namespace"
 )
 
 // obj is one version of a Subnet or a SubnetPool: the fields the model
@@ -60,13 +62,16 @@ type obj struct {
 	Generation int64
 	Deleting   bool
 
-	// Ref is a Subnet's spec.poolRef or a pool's spec.parentRef.
+	// Ref is a Subnet's spec.poolRef or a pool's spec.parentRef, as
+	// "namespace/name" (an empty namespace resolved to the object's own).
 	Ref          string
 	CIDR         string // spec.cidr
 	PrefixLength *int32 // Subnet spec.prefixLength
 	Default      *int32 // pool spec.defaultPrefixLength
 	Min, Max     *int32 // pool spec.minPrefixLength, spec.maxPrefixLength
 	Reserved     []string
+	// Allowed is a pool's spec.allowedNamespaces; nil means Same.
+	Allowed *ipamv1.AllowedNamespaces
 
 	StatusCIDR         string
 	ObservedGeneration int64
@@ -86,18 +91,13 @@ func fromSubnet(s *ipamv1.Subnet) obj {
 }
 
 // refOf is the model's Ref of a reference made from namespace: the pool's
-// name when it is in that namespace (the checker's world is one namespace),
-// else namespace/name, which names no pool of the world, so a claim that
-// the operator granted through it is reported.
+// "namespace/name", an empty namespace being namespace. The world spans
+// namespaces: a platform's pool has claims in tenant namespaces.
 func refOf(namespace string, ref *ipamv1.PoolReference) string {
-	switch {
-	case ref == nil:
+	if ref == nil {
 		return ""
-	case ref.In(namespace) == namespace:
-		return ref.Name
-	default:
-		return ref.Namespace + "/" + ref.Name
 	}
+	return ref.In(namespace) + "/" + ref.Name
 }
 
 func fromPool(p *ipamv1.SubnetPool) obj {
@@ -108,6 +108,7 @@ func fromPool(p *ipamv1.SubnetPool) obj {
 		Generation: p.Generation, Deleting: p.DeletionTimestamp != nil,
 		Ref: refOf(p.Namespace, p.Spec.ParentRef), CIDR: p.Spec.CIDR, Default: p.Spec.DefaultPrefixLength,
 		Min: p.Spec.MinPrefixLength, Max: p.Spec.MaxPrefixLength, Reserved: slices.Clone(p.Spec.Reserved),
+		Allowed:    p.Spec.AllowedNamespaces.DeepCopy(),
 		StatusCIDR: p.Status.CIDR, ObservedGeneration: p.Status.ObservedGeneration,
 		Conditions: slices.Clone(p.Status.Conditions), Figures: figures,
 	}
@@ -123,6 +124,15 @@ func parseRV(rv string) uint64 {
 
 // key names an object for as long as it exists under its name.
 func (o *obj) key() string { return o.Kind + " " + o.Namespace + "/" + o.Name }
+
+// path is "namespace/name": what a Ref names a pool by.
+func (o *obj) path() string { return o.Namespace + "/" + o.Name }
+
+// refNamespace is the namespace of the pool a claim references.
+func (o *obj) refNamespace() string {
+	ns, _, _ := strings.Cut(o.Ref, "/")
+	return ns
+}
 
 // String describes a version for a report: enough to find it in the
 // operation log and the manager's logs.
@@ -399,44 +409,65 @@ func computeFigures(served netip.Prefix, reserved, held []netip.Prefix, def, max
 	return f
 }
 
-// ---- a namespace at one moment ----
+// ---- the objects at one moment ----
 
-// world is one namespace's objects at one moment, indexed the way the
-// rules read them.
+// world is every namespace's objects at one moment, indexed the way the
+// rules read them: pools and Subnets by "namespace/name", claims by the
+// pool they reference, wherever they live.
 type world struct {
-	namespace string
-	pools     map[string]*obj
-	subnets   map[string]*obj
-	// claims are the direct claims of a pool name (Subnets by poolRef,
-	// child pools by parentRef), whether or not the pool exists, by key.
+	pools   map[string]*obj
+	subnets map[string]*obj
+	// claims are the direct claims of a pool (Subnets by poolRef, child
+	// pools by parentRef), whether or not the pool exists, by key.
 	claims map[string][]*obj
+	// labels are the namespaces' labels, for consent.
+	labels map[string]map[string]string
 }
 
-// newWorlds indexes objects by namespace.
-func newWorlds(objs []obj) map[string]*world {
-	worlds := map[string]*world{}
+// newWorld indexes objects; labels are the namespaces' labels.
+func newWorld(objs []obj, labels map[string]map[string]string) *world {
+	w := &world{pools: map[string]*obj{}, subnets: map[string]*obj{}, claims: map[string][]*obj{}, labels: labels}
 	for i := range objs {
 		o := &objs[i]
-		w := worlds[o.Namespace]
-		if w == nil {
-			w = &world{namespace: o.Namespace, pools: map[string]*obj{}, subnets: map[string]*obj{}, claims: map[string][]*obj{}}
-			worlds[o.Namespace] = w
-		}
 		if o.Kind == kindPool {
-			w.pools[o.Name] = o
+			w.pools[o.path()] = o
 		} else {
-			w.subnets[o.Name] = o
+			w.subnets[o.path()] = o
 		}
 		if o.isClaim() {
 			w.claims[o.Ref] = append(w.claims[o.Ref], o)
 		}
 	}
-	for _, w := range worlds {
-		for _, cs := range w.claims {
-			slices.SortFunc(cs, func(a, b *obj) int { return strings.Compare(a.key(), b.key()) })
+	for _, cs := range w.claims {
+		slices.SortFunc(cs, func(a, b *obj) int { return strings.Compare(a.key(), b.key()) })
+	}
+	return w
+}
+
+// allows reports whether pool p consents to claims from namespace: its own
+// namespace always; All; or a Selector that the namespace's labels match.
+// Written from the API's documentation, not from the operator's code.
+func (w *world) allows(p *obj, namespace string) bool {
+	if p.Namespace == namespace || (p.Allowed != nil && p.Allowed.From == ipamv1.FromAll) {
+		return true
+	}
+	if p.Allowed == nil || p.Allowed.From != ipamv1.FromSelector || p.Allowed.Selector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Allowed.Selector)
+	return err == nil && sel.Matches(labels.Set(w.labels[namespace]))
+}
+
+// notAllowed are the holders of a pool whose namespace it no longer
+// allows: what its ClaimsNotAllowed condition reports.
+func (w *world) notAllowed(p *obj) []*obj {
+	var out []*obj
+	for _, c := range w.holders(p.path(), "") {
+		if !w.allows(p, c.Namespace) {
+			out = append(out, c)
 		}
 	}
-	return worlds
+	return out
 }
 
 // holders are the direct claims of a pool that hold a range, other than
@@ -470,8 +501,8 @@ func overlappingHolders(hs []*obj, p netip.Prefix) []*obj {
 	return out
 }
 
-// serving is the range a pool hands out to new claims, or why it hands out
-// none: PoolNotFound (no such pool), PoolNotReady (being deleted, or a
+// serving is the range the pool at name ("namespace/name") hands out to
+// new claims, or why it hands out none: PoolNotFound (no such pool), PoolNotReady (being deleted, or a
 // child pool its parent has granted nothing).
 func (w *world) serving(name string) (netip.Prefix, *obj, string) {
 	p := w.pools[name]
@@ -499,7 +530,8 @@ func lengthFits(p *obj, served netip.Prefix, length int) bool {
 	return true
 }
 
-// cycle reports whether name's parentRef chain leads back to it.
+// cycle reports whether the parentRef chain of the pool at name
+// ("namespace/name") leads back to it.
 func (w *world) cycle(name string) bool {
 	seen := map[string]bool{}
 	for cur := name; ; {
@@ -520,7 +552,7 @@ func (w *world) cycle(name string) bool {
 func (w *world) outsideClaims(p *obj, r netip.Prefix) []*obj {
 	var out []*obj
 	res := p.reserved()
-	for _, c := range w.holders(p.Name, "") {
+	for _, c := range w.holders(p.path(), "") {
 		if !inside(r, c.held()) || overlapsAny(c.held(), res) {
 			out = append(out, c)
 		}

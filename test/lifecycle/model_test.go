@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -102,8 +103,16 @@ func newUID() types.UID {
 	return types.UID(fmt.Sprintf("uid-%04d-xxxx", uids))
 }
 
+// qualified is a reference to a pool of namespace ns, as the model keeps it.
+func qualified(name string) string {
+	if name == "" || strings.Contains(name, "/") {
+		return name
+	}
+	return "ns/" + name
+}
+
 func subnet(name, pool, cidr string, length int32) obj {
-	o := obj{Kind: kindSubnet, Namespace: "ns", Name: name, UID: newUID(), Generation: 1, ObservedGeneration: 1, Ref: pool, CIDR: cidr}
+	o := obj{Kind: kindSubnet, Namespace: "ns", Name: name, UID: newUID(), Generation: 1, ObservedGeneration: 1, Ref: qualified(pool), CIDR: cidr}
 	if length > 0 {
 		o.PrefixLength = ptr.To(length)
 	}
@@ -111,7 +120,7 @@ func subnet(name, pool, cidr string, length int32) obj {
 }
 
 func pool(name, parent, cidr string) obj {
-	return obj{Kind: kindPool, Namespace: "ns", Name: name, UID: newUID(), Generation: 1, ObservedGeneration: 1, Ref: parent, CIDR: cidr,
+	return obj{Kind: kindPool, Namespace: "ns", Name: name, UID: newUID(), Generation: 1, ObservedGeneration: 1, Ref: qualified(parent), CIDR: cidr,
 		Figures: &ipamv1.SubnetPoolStatus{}}
 }
 
@@ -137,12 +146,21 @@ func recorded(objs []obj) []obj {
 func (o obj) waiting(reason, message string) obj {
 	o.StatusCIDR = ""
 	o.Conditions = []metav1.Condition{{Type: ipamv1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: o.Generation}}
-	return o
+	return o.allAllowed()
 }
 
 func (o obj) serving(statusCIDR string) obj {
 	o.StatusCIDR = statusCIDR
 	o.Conditions = []metav1.Condition{{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAvailable, ObservedGeneration: o.Generation}}
+	return o.allAllowed()
+}
+
+// allAllowed gives a pool the ClaimsNotAllowed condition of a pool whose
+// claims are all allowed.
+func (o obj) allAllowed() obj {
+	if o.Kind == kindPool {
+		o.Conditions = append(o.Conditions, metav1.Condition{Type: ipamv1.ConditionClaimsNotAllowed, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonAllAllowed})
+	}
 	return o
 }
 
@@ -288,21 +306,21 @@ func TestQuiescentSubnetRangeRecorded(t *testing.T) {
 	p := pool("p", "", "10.0.0.0/24").serving("10.0.0.0/24")
 	s := subnet("a", "p", "", 26).granted("10.0.0.0/26")
 	var checks []string
-	for _, f := range checkQuiescent([]obj{p, s}).findings {
+	for _, f := range checkQuiescent([]obj{p, s}, nil).findings {
 		if strings.Contains(f.Detail, "spec.cidr is") {
 			checks = append(checks, f.Check)
 		}
 	}
 	if !slices.Equal(checks, []string{"L1"}) {
-		t.Errorf("an unrecorded Ready Subnet: findings %v, want one L1", checkQuiescent([]obj{p, s}).findings)
+		t.Errorf("an unrecorded Ready Subnet: findings %v, want one L1", checkQuiescent([]obj{p, s}, nil).findings)
 	}
-	if r := checkQuiescent(recorded([]obj{p, s})); slices.ContainsFunc(r.findings, func(f finding) bool { return strings.Contains(f.Detail, "spec.cidr is") }) {
+	if r := checkQuiescent(recorded([]obj{p, s}), nil); slices.ContainsFunc(r.findings, func(f finding) bool { return strings.Contains(f.Detail, "spec.cidr is") }) {
 		t.Errorf("a recorded Ready Subnet: %v", r.findings)
 	}
 	// Named neither field (created before its pool): not recorded, and no
 	// finding.
 	bare := subnet("b", "p", "", 0).granted("10.0.0.64/26")
-	if r := checkQuiescent([]obj{p, bare}); slices.ContainsFunc(r.findings, func(f finding) bool { return strings.Contains(f.Detail, "spec.cidr is") }) {
+	if r := checkQuiescent([]obj{p, bare}, nil); slices.ContainsFunc(r.findings, func(f finding) bool { return strings.Contains(f.Detail, "spec.cidr is") }) {
 		t.Errorf("an unrecorded Subnet without prefixLength: %v", r.findings)
 	}
 }
@@ -355,7 +373,7 @@ func TestQuiescentSubnets(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := checkQuiescent(recorded(tt.objs))
+			r := checkQuiescent(recorded(tt.objs), nil)
 			var got []string
 			for _, f := range r.findings {
 				if f.Check != "L3" && f.Check != "L4" {
@@ -436,7 +454,7 @@ func TestQuiescentPools(t *testing.T) {
 		name: "a child's grow onto a sibling, counted by the parent",
 		objs: []obj{func() obj {
 			q := poolWithStatus(root, 1, 1, []string{"10.0.0.0/26", "10.0.0.128/26"})
-			q.Conditions[2] = metav1.Condition{Type: ipamv1.ConditionOverlapping, Status: metav1.ConditionTrue, Message: "1 claims lose to overlapping claims: ..."}
+			meta.SetStatusCondition(&q.Conditions, metav1.Condition{Type: ipamv1.ConditionOverlapping, Status: metav1.ConditionTrue, Message: "1 claims lose to overlapping claims: ..."})
 			return q
 		}(), a, poolWithStatus(func() obj {
 			c := pool("c", "p", "10.0.0.0/24").waiting(ipamv1.ReasonOverlaps, "")
@@ -471,7 +489,7 @@ func TestQuiescentPools(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := checkQuiescent(recorded(tt.objs))
+			r := checkQuiescent(recorded(tt.objs), nil)
 			var got []string
 			for _, f := range r.findings {
 				got = append(got, f.Check)
@@ -496,9 +514,9 @@ func TestOverlapLosers(t *testing.T) {
 		func() obj { c := pool("c1", "p", "10.0.0.0/25"); c.StatusCIDR = "10.0.0.128/26"; return c }(), // asks for a's range
 		func() obj { c := pool("c2", "p", "10.0.0.192/26"); c.StatusCIDR = "10.0.0.192/26"; return c }(),
 	}
-	w := newWorlds(objs)["ns"]
+	w := newWorld(objs, nil)
 	var got []string
-	for _, o := range overlapLosers(w, w.pools["p"]) {
+	for _, o := range overlapLosers(w, w.pools["ns/p"]) {
 		got = append(got, o.Name)
 	}
 	if d := cmp.Diff([]string{"b", "d", "c1"}, got); d != "" {
@@ -547,7 +565,7 @@ func TestAdmission(t *testing.T) {
 		want:   []string{"S4a"},
 	}, {
 		name: "over a dynamic claim the API showed Ready before the create started",
-		ops: []*opRecord{{ID: 1, Verb: "create", Kind: kindSubnet, Namespace: "ns", Name: "d", Ref: "p", Start: ms(0), End: ms(10), Outcome: outcomeCreated, RV: 5},
+		ops: []*opRecord{{ID: 1, Verb: "create", Kind: kindSubnet, Namespace: "ns", Name: "d", Ref: "ns/p", Start: ms(0), End: ms(10), Outcome: outcomeCreated, RV: 5},
 			{ID: 2, Verb: "create", Kind: kindPool, Namespace: "ns", Name: "q", Start: ms(100), End: ms(110), Outcome: outcomeCreated, RV: 7},
 			create(3, c2, ms(500), ms(510), 8)},
 		events: func() []event {
@@ -576,5 +594,99 @@ func TestAdmission(t *testing.T) {
 				t.Errorf("skipped %v, want %d", a.skipped, tt.skipped)
 			}
 		})
+	}
+}
+
+// in moves an object to namespace ns, keeping its reference where it was.
+func (o obj) in(ns string) obj {
+	o.Namespace = ns
+	return o
+}
+
+// Consent across namespaces, at quiescence and in the history: a Subnet
+// from a namespace its pool does not allow waits NotAllowed and nothing
+// else; one from an allowed namespace is decided on its merits; a pool
+// reports the holders it no longer allows; a grant from a namespace its
+// pool never allowed is S5; a loser learns another tenant's range, not
+// its name.
+func TestConsent(t *testing.T) {
+	plat := pool("corp", "", "10.0.0.0/24").serving("10.0.0.0/24").in("netops")
+	plat.Default = ptr.To[int32](26)
+	plat.Allowed = &ipamv1.AllowedNamespaces{From: ipamv1.FromSelector, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "true"}}}
+	labels := map[string]map[string]string{"team-a": {"tenant": "true"}, "team-b": nil}
+	claim := func(ns, name, cidr string, length int32) obj { return subnet(name, "netops/corp", cidr, length).in(ns) }
+	held := claim("team-b", "old", "10.0.0.0/26", 0).granted("10.0.0.0/26")
+	tests := []struct {
+		name string
+		objs []obj
+		want []string
+	}{{
+		name: "a namespace not allowed waits NotAllowed",
+		objs: []obj{poolWithStatus(plat, 1, 0, nil), claim("team-b", "x", "", 26).waiting(ipamv1.ReasonNotAllowed, "")},
+	}, {
+		name: "a namespace not allowed shows another reason",
+		objs: []obj{poolWithStatus(plat, 1, 0, nil), claim("team-b", "x", "", 26).waiting(ipamv1.ReasonPoolExhausted, "")},
+		want: []string{"L2"},
+	}, {
+		name: "an allowed namespace waits NotAllowed while it fits",
+		objs: []obj{poolWithStatus(plat, 1, 0, nil), claim("team-a", "x", "", 26).waiting(ipamv1.ReasonNotAllowed, "")},
+		want: []string{"L2"},
+	}, {
+		name: "a holder no longer allowed, reported",
+		objs: []obj{func() obj {
+			p := poolWithStatus(plat, 1, 0, []string{"10.0.0.0/26"})
+			meta.SetStatusCondition(&p.Conditions, metav1.Condition{Type: ipamv1.ConditionClaimsNotAllowed, Status: metav1.ConditionTrue,
+				Message: "1 claims hold ranges from namespaces that spec.allowedNamespaces no longer allows: Subnet team-b/old"})
+			return p
+		}(), held},
+	}, {
+		name: "a holder no longer allowed, not reported",
+		objs: []obj{poolWithStatus(plat, 1, 0, []string{"10.0.0.0/26"}), held},
+		want: []string{"L3"},
+	}, {
+		name: "a loser names another tenant's claim",
+		objs: []obj{poolWithStatus(plat, 2, 0, []string{"10.0.0.0/26"}), claim("team-a", "h", "10.0.0.0/26", 0).granted("10.0.0.0/26"),
+			claim("team-c", "x", "10.0.0.0/27", 0).waiting(ipamv1.ReasonOverlaps, "10.0.0.0/27 overlaps Subnet team-a/h (10.0.0.0/26)")},
+		want: []string{"L2", "L3"}, // team-c is not allowed either: it must wait NotAllowed, and the pool count it
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := checkQuiescent(recorded(tt.objs), labels)
+			if d := cmp.Diff(tt.want, checksOf(r.findings)); d != "" {
+				t.Errorf("checks (-want +got):\n%s\nfindings: %v", d, r.findings)
+			}
+		})
+	}
+
+	// The message of a loser to another tenant gives the range only.
+	all := plat
+	all.Allowed = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	winner := claim("team-a", "h", "10.0.0.0/26", 0).granted("10.0.0.0/26")
+	for _, tc := range []struct {
+		message string
+		want    []string
+	}{
+		{"10.0.0.0/27 overlaps a claim in another namespace (10.0.0.0/26), which holds it", nil},
+		{"10.0.0.0/27 overlaps Subnet team-a/h (10.0.0.0/26), which holds it", []string{"L2"}},
+	} {
+		losing := poolWithStatus(all, 2, 0, []string{"10.0.0.0/26"})
+		meta.SetStatusCondition(&losing.Conditions, metav1.Condition{Type: ipamv1.ConditionOverlapping, Status: metav1.ConditionTrue, Message: "1 claims lose to overlapping claims: ..."})
+		objs := []obj{losing, winner, claim("team-b", "x", "10.0.0.0/27", 0).waiting(ipamv1.ReasonOverlaps, tc.message)}
+		r := checkQuiescent(objs, labels)
+		if d := cmp.Diff(tc.want, checksOf(r.findings)); d != "" {
+			t.Errorf("%q: checks (-want +got):\n%s\nfindings: %v", tc.message, d, r.findings)
+		}
+	}
+
+	// S5: granted by a pool that never allowed other namespaces.
+	same := pool("own", "", "10.1.0.0/24").serving("10.1.0.0/24").in("netops")
+	stranger := subnet("x", "netops/own", "10.1.0.0/26", 0).in("team-a")
+	r := replay(added(same.at(1)), added(stranger.at(2)), modified(stranger.granted("10.1.0.0/26").at(3)))
+	if d := cmp.Diff([]string{"S5"}, checksOf(r.findings)); d != "" {
+		t.Errorf("grant without consent (-want +got):\n%s", d)
+	}
+	r = replay(added(plat.at(1)), added(claim("team-a", "y", "10.0.0.64/26", 0).at(2)), modified(claim("team-a", "y", "10.0.0.64/26", 0).granted("10.0.0.64/26").at(3)))
+	if len(r.findings) != 0 {
+		t.Errorf("grant with consent: %v", r.findings)
 	}
 }

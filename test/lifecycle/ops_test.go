@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,7 +44,17 @@ const (
 	opRestoreRacer    = "restore-subnet-racer" // a dynamic create racing a restore (not drawn by itself)
 	opRestart         = "restart-manager"
 	opHandOver        = "hand-over"
+	opFlipTenant      = "flip-tenant-label"
 )
+
+// tenantLabel marks the namespaces the platform namespace's pools allow
+// (spec.allowedNamespaces Selector); flip-tenant-label adds and removes it.
+const tenantLabel = "lifecycle.ipam.subnet-operator.io/tenant"
+
+// platformConsent is every platform pool's spec.allowedNamespaces.
+func platformConsent() *ipamv1.AllowedNamespaces {
+	return &ipamv1.AllowedNamespaces{From: ipamv1.FromSelector, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{tenantLabel: "true"}}}
+}
 
 // opMix is the operation mix: each draw picks an operation with these
 // relative weights. A burst or a fault is one draw but many requests (a
@@ -80,6 +91,12 @@ const (
 //	                                re-create for the range it left
 //	restart-manager            1    SIGKILL a replica (the leader or not), maybe during a burst; restart it
 //	hand-over                  1    SIGTERM the leader during a burst; the other takes the lease; restart it
+//	flip-tenant-label          2    add or remove a tenant namespace's label that the platform's pools select:
+//	                                its claims keep their ranges, new ones are refused, waiting ones granted
+//
+// Across namespaces: the platform namespace's pools allow the namespaces
+// labelled tenant; 3 in 10 Subnets and 1 in 4 child pools of a tenant
+// namespace claim from a platform pool.
 var opMix = []struct {
 	kind   string
 	weight int
@@ -87,7 +104,7 @@ var opMix = []struct {
 	{opCreateRootPool, 6}, {opCreateChildPool, 7}, {opGrowPool, 3}, {opShrinkPool, 3}, {opAddReserved, 2},
 	{opRemoveReserved, 2}, {opChangeLengths, 3}, {opDeletePool, 2}, {opDrainPool, 3}, {opCreateExplicit, 20}, {opCreateDynamic, 20},
 	{opDeleteSubnet, 12}, {opRecreateSubnet, 8}, {opBurst, 2}, {opRacePoolEdit, 4}, {opChildShrink, 1}, {opFlashRecreate, 2},
-	{opRestoreSubnet, 3}, {opRestart, 1}, {opHandOver, 1},
+	{opRestoreSubnet, 3}, {opRestart, 1}, {opHandOver, 1}, {opFlipTenant, 2},
 }
 
 // Names come from small pools, so that objects are re-created under a name
@@ -107,6 +124,9 @@ const (
 type generator struct {
 	rng *rand.Rand
 	nss []*nsPlan
+	// platform is the namespace whose pools allow the tenant namespaces
+	// (nil: none).
+	platform *nsPlan
 }
 
 type nsPlan struct {
@@ -114,17 +134,22 @@ type nsPlan struct {
 	index   int
 	pools   map[string]*poolPlan
 	subnets map[string]*subnetPlan
+	// platform: its pools allow namespaces labelled tenant; tenant: it is
+	// labelled so (as believed).
+	platform, tenant bool
 }
 
 type poolPlan struct {
-	cidr          netip.Prefix
+	cidr netip.Prefix
+	// parent is the parent's name, or "namespace/name" for a parent in
+	// another namespace.
 	parent        string
 	reserved      []netip.Prefix
 	def, min, max *int32
 }
 
 type subnetPlan struct {
-	pool   string
+	pool   string // a name, or "namespace/name" for a pool in another namespace
 	cidr   netip.Prefix
 	length *int32
 }
@@ -160,12 +185,53 @@ type request struct {
 	out             *opRecord // the outcome, once sent
 }
 
-func newGenerator(seed uint64, namespaces []string) *generator {
+// newGenerator draws from seed over namespaces; platform (one of them, or
+// "") is the platform namespace, and tenants are the namespaces labelled
+// tenant at the start.
+func newGenerator(seed uint64, namespaces []string, platform string, tenants []string) *generator {
 	g := &generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	for i, ns := range namespaces {
-		g.nss = append(g.nss, &nsPlan{name: ns, index: i, pools: map[string]*poolPlan{}, subnets: map[string]*subnetPlan{}})
+		plan := &nsPlan{name: ns, index: i, pools: map[string]*poolPlan{}, subnets: map[string]*subnetPlan{},
+			platform: ns == platform, tenant: slices.Contains(tenants, ns)}
+		g.nss = append(g.nss, plan)
+		if plan.platform {
+			g.platform = plan
+		}
 	}
 	return g
+}
+
+// qualify is a reference made from ns as the checks name pools:
+// "namespace/name".
+func qualify(ns *nsPlan, ref string) string {
+	if ref == "" || strings.Contains(ref, "/") {
+		return ref
+	}
+	return ns.name + "/" + ref
+}
+
+// shared reports whether a claim from ns on ref is on a pool that claims
+// from several namespaces can reach (a platform pool, or any pool in
+// another namespace): its admission reads freshness cluster-wide.
+func shared(ns *nsPlan, ref string) bool {
+	return ns.platform || strings.Contains(ref, "/")
+}
+
+// claimSource picks where a new claim of ns goes: mostly its own
+// namespace, sometimes (with probability p) a platform pool.
+func (g *generator) claimSource(ns *nsPlan, p float64) *nsPlan {
+	if g.platform != nil && ns != g.platform && g.chance(p) {
+		return g.platform
+	}
+	return ns
+}
+
+// refIn names pool of src as ns references it.
+func refIn(ns, src *nsPlan, pool string) string {
+	if src == ns {
+		return pool
+	}
+	return src.name + "/" + pool
 }
 
 func (g *generator) chance(p float64) bool { return g.rng.Float64() < p }
@@ -221,6 +287,8 @@ func (g *generator) make(kind string) *operation {
 		return g.restoreSubnet(ns)
 	case opDrainPool:
 		return g.drainPool(ns)
+	case opFlipTenant:
+		return g.flipTenant()
 	case opRecreateSubnet:
 		names := sortedKeys(ns.subnets)
 		if len(names) == 0 {
@@ -264,6 +332,36 @@ func (g *generator) make(kind string) *operation {
 		r = g.deleteSubnet(ns, name)
 	}
 	return &operation{kind: kind, requests: []*request{r}}
+}
+
+// flipTenant adds or removes the tenant label of a namespace other than
+// the platform's.
+func (g *generator) flipTenant() *operation {
+	var tenants []*nsPlan
+	for _, ns := range g.nss {
+		if !ns.platform {
+			tenants = append(tenants, ns)
+		}
+	}
+	if g.platform == nil || len(tenants) == 0 {
+		return g.make(opCreateDynamic)
+	}
+	ns := tenants[g.rng.IntN(len(tenants))]
+	next := !ns.tenant
+	var value any // null removes the label
+	if next {
+		value = "true"
+	}
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{tenantLabel: value}}})
+	return &operation{kind: opFlipTenant, requests: []*request{{
+		rec:   opRecord{Op: opFlipTenant, Verb: "patch", Kind: kindNamespace, Name: ns.name},
+		patch: body,
+		apply: func(rec *opRecord) {
+			if rec.Outcome == outcomeUpdated {
+				ns.tenant = next
+			}
+		},
+	}}}
 }
 
 // drainPool deletes a pool's Subnets and child pools (as the generator
@@ -485,7 +583,7 @@ func (g *generator) restoreSubnet(ns *nsPlan) *operation {
 	del := g.deleteSubnet(ns, name)
 	del.rec.Op = opRestoreSubnet
 	restore := &request{
-		rec:     opRecord{Op: opRestoreSubnet, Verb: "create", Kind: kindSubnet, Namespace: ns.name, Name: name, Ref: plan.pool},
+		rec:     opRecord{Op: opRestoreSubnet, Verb: "create", Kind: kindSubnet, Namespace: ns.name, Name: name, Ref: qualify(ns, plan.pool), Shared: shared(ns, plan.pool)},
 		restore: box,
 		apply: func(rec *opRecord) {
 			if rec.Outcome == outcomeCreated {
@@ -657,7 +755,7 @@ func (g *generator) reservedBlock(cidr netip.Prefix) netip.Prefix {
 
 func poolObject(ns, name string, p *poolPlan) *ipamv1.SubnetPool {
 	o := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: ipamv1.SubnetPoolSpec{
-		CIDR: p.cidr.String(), ParentRef: parentRef(p.parent), DefaultPrefixLength: p.def, MinPrefixLength: p.min, MaxPrefixLength: p.max,
+		CIDR: p.cidr.String(), ParentRef: referenceTo(p.parent), DefaultPrefixLength: p.def, MinPrefixLength: p.min, MaxPrefixLength: p.max,
 	}}
 	for _, r := range p.reserved {
 		o.Spec.Reserved = append(o.Spec.Reserved, r.String())
@@ -721,15 +819,16 @@ func (g *generator) createChildPool(ns *nsPlan) *request {
 	if !ok {
 		return g.deletePool(ns)
 	}
-	parents := sortedKeys(ns.pools)
+	src := g.claimSource(ns, 0.25)
+	parents := sortedKeys(src.pools)
 	if len(parents) == 0 || g.chance(0.1) {
 		// A parent that may not exist: rejected unless it does.
 		parent := poolName(g.rng.IntN(poolNames))
-		p := &poolPlan{parent: parent, cidr: g.within(g.home(ns, k, false), 24+g.rng.IntN(3))}
+		p := &poolPlan{parent: refIn(ns, src, parent), cidr: g.within(g.home(src, k, false), 24+g.rng.IntN(3))}
 		return g.poolCreate(ns, opCreateChildPool, poolName(k), p)
 	}
 	parent := g.pick(parents)
-	pc := ns.pools[parent].cidr
+	pc := src.pools[parent].cidr
 	w := pc.Addr().BitLen()
 	var cidr netip.Prefix
 	switch {
@@ -742,7 +841,7 @@ func (g *generator) createChildPool(ns *nsPlan) *request {
 	default:
 		cidr = g.within(pc, min(pc.Bits()+1+g.rng.IntN(3), w-2))
 	}
-	p := &poolPlan{parent: parent, cidr: cidr}
+	p := &poolPlan{parent: refIn(ns, src, parent), cidr: cidr}
 	p.def, p.min, p.max = g.lengths(cidr.Bits(), w)
 	if g.chance(0.15) {
 		p.reserved = []netip.Prefix{g.reservedBlock(cidr)}
@@ -752,11 +851,14 @@ func (g *generator) createChildPool(ns *nsPlan) *request {
 
 func (g *generator) poolCreate(ns *nsPlan, op, name string, p *poolPlan) *request {
 	o := poolObject(ns.name, name, p)
-	if o.Spec.ParentRef != nil && g.chance(0.3) {
+	if o.Spec.ParentRef != nil && o.Spec.ParentRef.Namespace == "" && g.chance(0.3) {
 		o.Spec.ParentRef.Namespace = ns.name
 	}
+	if ns.platform {
+		o.Spec.AllowedNamespaces = platformConsent()
+	}
 	return &request{
-		rec:    opRecord{Op: op, Verb: "create", Kind: kindPool, Namespace: ns.name, Name: name, Ref: p.parent, CIDR: p.cidr.String()},
+		rec:    opRecord{Op: op, Verb: "create", Kind: kindPool, Namespace: ns.name, Name: name, Ref: qualify(ns, p.parent), CIDR: p.cidr.String()},
 		create: o,
 		apply: func(rec *opRecord) {
 			if rec.Outcome == outcomeCreated {
@@ -845,7 +947,7 @@ func (g *generator) patchPool(ns *nsPlan, name, kind string, next *poolPlan) *re
 	spec["reserved"] = reserved // null when empty: removes the field
 	body, _ := json.Marshal(map[string]any{"spec": spec})
 	return &request{
-		rec:   opRecord{Op: kind, Verb: "patch", Kind: kindPool, Namespace: ns.name, Name: name, Ref: next.parent, CIDR: next.cidr.String()},
+		rec:   opRecord{Op: kind, Verb: "patch", Kind: kindPool, Namespace: ns.name, Name: name, Ref: qualify(ns, next.parent), CIDR: next.cidr.String()},
 		patch: body,
 		apply: func(rec *opRecord) {
 			if rec.Outcome == outcomeUpdated {
@@ -880,16 +982,16 @@ func (g *generator) deletePoolNamed(ns *nsPlan, name string) *request {
 // newSubnet draws a Subnet: its pool (mostly one believed to exist,
 // sometimes any name: Subnets before pools) and its range or length.
 func (g *generator) newSubnet(ns *nsPlan, name string, explicit bool) *request {
-	pools := sortedKeys(ns.pools)
-	var pool string
-	var plan *poolPlan
+	src := g.claimSource(ns, 0.3)
+	pools := sortedKeys(src.pools)
+	var bare string
 	if len(pools) > 0 && g.chance(0.8) {
-		pool = g.pick(pools)
-		plan = ns.pools[pool]
+		bare = g.pick(pools)
 	} else {
-		pool = poolName(g.rng.IntN(poolNames))
-		plan = ns.pools[pool]
+		bare = poolName(g.rng.IntN(poolNames))
 	}
+	plan := src.pools[bare]
+	pool := refIn(ns, src, bare)
 	if !explicit {
 		var length *int32
 		switch {
@@ -905,10 +1007,10 @@ func (g *generator) newSubnet(ns *nsPlan, name string, explicit bool) *request {
 		return g.subnetRequest(ns, name, pool, netip.Prefix{}, length)
 	}
 	var cidr netip.Prefix
-	k := int(pool[1] - '0')
+	k := int(bare[1] - '0')
 	switch {
 	case plan == nil: // before its pool: somewhere a root pool of that name would be
-		cidr = g.within(netip.PrefixFrom(g.home(ns, k, false).Addr(), 22), 24+g.rng.IntN(5))
+		cidr = g.within(netip.PrefixFrom(g.home(src, k, false).Addr(), 22), 24+g.rng.IntN(5))
 	case g.chance(0.12): // over a claim believed to exist: its range, or one around or inside it
 		var same []netip.Prefix
 		for _, sn := range sortedKeys(ns.subnets) {
@@ -942,7 +1044,7 @@ func (g *generator) newSubnet(ns *nsPlan, name string, explicit bool) *request {
 }
 
 func (g *generator) subnetRequest(ns *nsPlan, name, pool string, cidr netip.Prefix, length *int32) *request {
-	s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}, PrefixLength: length}}
+	s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: name}, Spec: ipamv1.SubnetSpec{PoolRef: *referenceTo(pool), PrefixLength: length}}
 	op := opCreateDynamic
 	if cidr.IsValid() {
 		s.Spec.CIDR = cidr.String()
@@ -950,12 +1052,13 @@ func (g *generator) subnetRequest(ns *nsPlan, name, pool string, cidr netip.Pref
 	}
 	// Clients write the pool's namespace out, or leave it to admission to
 	// fill (the defaulting webhook's match condition skips the former).
-	if g.chance(0.3) {
+	if s.Spec.PoolRef.Namespace == "" && g.chance(0.3) {
 		s.Spec.PoolRef.Namespace = ns.name
 	}
 	plan := &subnetPlan{pool: pool, cidr: cidr, length: length}
 	return &request{
-		rec:    opRecord{Op: op, Verb: "create", Kind: kindSubnet, Namespace: ns.name, Name: name, Ref: pool, CIDR: s.Spec.CIDR, PrefixLength: length},
+		rec: opRecord{Op: op, Verb: "create", Kind: kindSubnet, Namespace: ns.name, Name: name, Ref: qualify(ns, pool), Shared: shared(ns, pool),
+			CIDR: s.Spec.CIDR, PrefixLength: length},
 		create: s,
 		apply: func(rec *opRecord) {
 			if rec.Outcome == outcomeCreated {
@@ -980,7 +1083,7 @@ func (g *generator) deleteSubnet(ns *nsPlan, name string) *request {
 // makes -lifecycle.seed replay a run.
 func TestGeneratorReplays(t *testing.T) {
 	draw := func(seed uint64) []string {
-		g := newGenerator(seed, []string{"a", "b"})
+		g := newGenerator(seed, []string{"a", "b", "p"}, "p", []string{"a"})
 		var out []string
 		for range 300 {
 			op := g.next()
@@ -1031,11 +1134,15 @@ func TestBlockAt(t *testing.T) {
 	}
 }
 
-// parentRef references the parent pool name in the pool's own namespace;
+// referenceTo is the reference a generator's name stands for: a pool of
+// the object's own namespace ("name"), or of another ("namespace/name");
 // none for "".
-func parentRef(name string) *ipamv1.PoolReference {
-	if name == "" {
+func referenceTo(ref string) *ipamv1.PoolReference {
+	if ref == "" {
 		return nil
 	}
-	return &ipamv1.PoolReference{Name: name}
+	if ns, name, ok := strings.Cut(ref, "/"); ok {
+		return &ipamv1.PoolReference{Name: name, Namespace: ns}
+	}
+	return &ipamv1.PoolReference{Name: ref}
 }
