@@ -64,14 +64,17 @@ func run(dir, manager string) error {
 	}
 	defer func() { _ = os.Remove(pidFile) }()
 
-	if _, err := env.Kubectl(ctx, nil, "apply", "-k", filepath.Join(env.RepoRoot, "config", "samples")); err != nil {
-		return fmt.Errorf("applying the samples: %w", err)
+	// The samples of one namespace, then the plan that a platform
+	// namespace shares with tenant namespaces (config/samples/tenancy).
+	for _, samples := range []string{"samples", filepath.Join("samples", "tenancy")} {
+		if _, err := env.Kubectl(ctx, nil, "apply", "-k", filepath.Join(env.RepoRoot, "config", samples)); err != nil {
+			return fmt.Errorf("applying config/%s: %w", samples, err)
+		}
 	}
-	if _, err := env.Kubectl(ctx, nil, "wait", "-n", "default", "--for=condition=Ready", "--timeout=60s", "subnetpools", "--all"); err != nil {
-		return fmt.Errorf("the sample pools did not become Ready: %w", err)
-	}
-	if _, err := env.Kubectl(ctx, nil, "wait", "-n", "default", "--for=condition=Ready", "--timeout=60s", "subnets", "--all"); err != nil {
-		return fmt.Errorf("the sample Subnets did not become Ready: %w", err)
+	for _, ns := range []string{"default", "netops", "team-a", "team-b"} {
+		if _, err := env.Kubectl(ctx, nil, "wait", "-n", ns, "--for=condition=Ready", "--timeout=60s", "subnetpools,subnets", "--all"); err != nil {
+			return fmt.Errorf("the samples in namespace %s did not become Ready: %w", ns, err)
+		}
 	}
 
 	rel := func(p string) string {
@@ -88,6 +91,14 @@ Try, in another shell:
   kubectl get subnetpools,subnets -A            # or: kubectl get ipam -A
   kubectl get subnetpools -o wide               # utilization, free space, largest free block
   kubectl describe subnetpool datacenter
+  kubectl get subnets -n team-a -o wide         # a tenant's Subnet, from the platform's pool netops/corp
+  kubectl create -n team-c -f - <<EOF
+  apiVersion: ipam.subnet-operator.io/v1alpha2
+  kind: Subnet
+  metadata: {name: web}
+  spec: {poolRef: {name: corp, namespace: netops}}
+  EOF
+  # ^ rejected: netops/corp allows only namespaces labelled as tenants
   kubectl create -f - <<EOF
   apiVersion: ipam.subnet-operator.io/v1alpha2
   kind: Subnet

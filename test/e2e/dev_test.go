@@ -86,6 +86,16 @@ func TestMakeDev(t *testing.T) {
 	if err == nil || !strings.Contains(stderr, "overlaps Subnet default/web (10.0.1.0/24)") {
 		t.Errorf("the overlapping Subnet was not rejected: %v %s", err, stderr)
 	}
+	// The shared plan: a tenant's Subnet from the platform's pool, and a
+	// namespace that is not a tenant refused.
+	out, _, err = env.KubectlOutput(ctx, kubeconfig, nil, "get", "subnets", "-n", "team-a", "-o", "wide")
+	if err != nil || !hasRow(out, "web corp netops") || !strings.Contains(out, "Allocated") {
+		t.Errorf("kubectl get subnets -n team-a -o wide: %v\n%s", err, out)
+	}
+	stranger := "apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: web, namespace: team-c}\nspec: {poolRef: {name: corp, namespace: netops}}\n"
+	if _, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(stranger), "create", "-f", "-"); err == nil || !strings.Contains(stderr, "not from team-c") {
+		t.Errorf("a Subnet from a namespace that is not a tenant: %v %s", err, stderr)
+	}
 	pidData, err := os.ReadFile(filepath.Join(dir, "pids"))
 	if err != nil {
 		t.Fatal(err)
