@@ -228,7 +228,7 @@ spec: {poolRef: {name: kids}}
 			if err == nil {
 				mustKubectl(t, "", "delete", "-n", teamB, "subnet", "late")
 			}
-			return fmt.Errorf("a new claim after the right was lost: %v %s", err, stderr)
+			return fmt.Errorf("a new claim after the right was lost: %w %s", err, stderr)
 		}
 		return nil
 	})
