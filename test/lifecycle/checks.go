@@ -475,6 +475,7 @@ type replayer struct {
 	findings []finding
 
 	events, s1Checks, s1Skipped, s2Checks, s3Checks, s5Checks int
+	s5Across                                                  int // grants to claims from another namespace than their pool's
 }
 
 func newReplayer() *replayer {
@@ -658,6 +659,7 @@ func (r *replayer) checkConsent(v *obj) {
 	if v.refNamespace() == v.Namespace {
 		return
 	}
+	r.s5Across++
 	for _, p := range r.poolVersions[v.Ref] {
 		if p.RV > v.RV {
 			break
