@@ -46,6 +46,12 @@ func fakeClient(t *testing.T, objs ...client.Object) client.Client {
 	}
 	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithIndex(&ipamv1.Subnet{}, "spec.poolRef.name", func(o client.Object) []string { return []string{o.(*ipamv1.Subnet).Spec.PoolRef.Name} }).
+		WithIndex(&ipamv1.SubnetPool{}, "spec.parentRef.name", func(o client.Object) []string {
+			if ref := o.(*ipamv1.SubnetPool).Spec.ParentRef; ref != nil {
+				return []string{ref.Name}
+			}
+			return nil
+		}).
 		Build()
 }
 

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,10 +56,11 @@ func listSubnets(ctx context.Context, c client.Reader, opts ...client.ListOption
 // child pools), and the Subnets that claim from it into a ledger of its own:
 // the operator's record of that pool, rebuilt from what the API shows. The
 // Subnets are selected on the server (spec.poolRef is a selectable field),
-// so the read is the pool's size, not the cluster's. A pool that allows
-// other namespaces has claims there too: they are listed in every
-// namespace, which needs the right to list Subnets and SubnetPools
-// cluster-wide.
+// so the read is the pool's size, not the cluster's. Claims may live in
+// other namespaces (a pool that allows them, or did): they are listed in
+// every namespace. A user who may not list cluster-wide gets the pool's
+// own namespace, unless the pool allows others, where that would be a
+// wrong answer: then the command says what it needs.
 func poolLedger(ctx context.Context, c client.Reader, namespace, pool string) (*ledger.Ledger, *ipamv1.SubnetPool, error) {
 	pools, err := listPools(ctx, c, client.InNamespace(namespace))
 	if err != nil {
@@ -75,24 +77,24 @@ func poolLedger(ctx context.Context, c client.Reader, namespace, pool string) (*
 	if target == nil {
 		return nil, nil, fmt.Errorf("SubnetPool %s/%s not found", namespace, pool)
 	}
-	scope := []client.ListOption{client.InNamespace(namespace)}
 	shared := target.Spec.AllowedNamespaces != nil && target.Spec.AllowedNamespaces.From != "" && target.Spec.AllowedNamespaces.From != ipamv1.FromSame
-	if shared {
-		scope = nil // every namespace
-		children, err := listPools(ctx, c, client.MatchingFields{"spec.parentRef.name": pool})
-		if err != nil {
-			return nil, nil, fmt.Errorf("SubnetPool %s/%s allows other namespaces, whose child pools need a cluster-wide list: %w", namespace, pool, err)
-		}
-		for i := range children {
-			if ref := children[i].Spec.ParentRef; children[i].Namespace != namespace && ref != nil && ref.In(children[i].Namespace) == namespace {
-				l.ApplyPool(&children[i], ledger.Created, nil)
-			}
+	var scope []client.ListOption // every namespace
+	children, err := listPools(ctx, c, client.MatchingFields{"spec.parentRef.name": pool})
+	if apierrors.IsForbidden(err) && !shared {
+		scope, err = []client.ListOption{client.InNamespace(namespace)}, nil // its own namespace's pools are loaded already
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("SubnetPool %s/%s may have child pools in other namespaces, which need a cluster-wide list: %w", namespace, pool, err)
+	}
+	for i := range children {
+		if ref := children[i].Spec.ParentRef; children[i].Namespace != namespace && ref != nil && ref.In(children[i].Namespace) == namespace {
+			l.ApplyPool(&children[i], ledger.Created, nil)
 		}
 	}
 	subnets, err := listSubnets(ctx, c, append(scope, client.MatchingFields{"spec.poolRef.name": pool})...)
 	if err != nil {
-		if shared {
-			err = fmt.Errorf("SubnetPool %s/%s allows other namespaces, whose Subnets need a cluster-wide list: %w", namespace, pool, err)
+		if scope == nil {
+			err = fmt.Errorf("SubnetPool %s/%s may have claims in other namespaces, whose Subnets need a cluster-wide list: %w", namespace, pool, err)
 		}
 		return nil, nil, err
 	}

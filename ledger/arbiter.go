@@ -488,5 +488,28 @@ func (b *book) cycle(id poolID) string {
 
 // users counts the Subnets and child pools that reference a pool.
 func (b *book) users(s *slot) (subnets, children int) {
-	return s.subnets, s.children
+	subnets, children = s.subnets, s.children
+	for _, c := range b.outsiders(s) {
+		if c.key().Kind() == statuscalc.KindSubnet {
+			subnets--
+		} else {
+			children--
+		}
+	}
+	return subnets, children
+}
+
+// outsiders are the claims of a slot from namespaces the pool does not
+// allow that hold nothing: they ask, and are refused. They use nothing of
+// the pool, so they neither keep it from being deleted nor keep a range
+// from others (else a tenant could claim a pool's whole range before the
+// pool exists, and block its owners). O(claims from other namespaces).
+func (b *book) outsiders(s *slot) []*claim {
+	var out []*claim
+	for id := range s.foreign {
+		if c := s.claims[id]; c != nil && !c.holds().IsValid() && !b.allowed(c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

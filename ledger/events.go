@@ -177,6 +177,7 @@ func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
 	}
 	previous := s.pool
 	s.pool = facts
+	s.opened = s.opened || facts.consent.from != ipamv1.FromSame
 	var wake []claimID
 	if asClaim != nil {
 		released := b.upsertClaim(asClaim)

@@ -341,6 +341,10 @@ type slot struct {
 	// foreign holds the claims from namespaces other than the pool's: the
 	// only ones consent applies to, so a pool without them costs nothing.
 	foreign map[claimID]struct{}
+	// opened is set once the pool was seen allowing other namespaces, and
+	// stays: claims they made then may still be on their way to this
+	// replica after the pool went back to Same (SharedDomain).
+	opened bool
 	// requests holds the explicit requests that do not hold their range: the
 	// claims a sweep decides. A subset of waiting, kept apart so that a
 	// dynamic allocation does not scan the dynamic claims waiting with it.

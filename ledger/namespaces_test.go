@@ -300,3 +300,104 @@ func TestOverlapsNamesOnlyVisibleWinners(t *testing.T) {
 		t.Errorf("loser to the platform's claim: %+v", d)
 	}
 }
+
+// A claim the pool refuses takes nothing from it: a tenant that names a
+// platform pool before it exists, over its whole range, neither blocks the
+// owners' claims at admission nor keeps the pool from being deleted.
+func TestRefusedClaimsTakeNothing(t *testing.T) {
+	l := New()
+	l.MarkSynced()
+	l.ApplyNamespace("team-x", nil, Created)
+	squat := moveSubnet(explicit("all", "corp", "10.0.0.0/16", 1), "team-x")
+	squat.Spec.PoolRef.Namespace = "netops"
+	l.ApplySubnet(squat, Created, nil)
+	l.ApplyPool(movePool(rootPool("corp", "10.0.0.0/16", 24), "netops"), Created, nil)
+	if d, _ := l.DecideSubnet("team-x", "all", squat.UID); d.Reason != ipamv1.ReasonNotAllowed {
+		t.Fatalf("the squatter: %+v", d)
+	}
+	corp := ipamv1.PoolReference{Namespace: "netops", Name: "corp"}
+	if found, total := l.Overlapping(corp, netip.MustParsePrefix("10.0.1.0/24"), "netops", SubnetKey("own"), 5); total != 0 {
+		t.Errorf("the owners' claim overlaps a refused claim: %v", found)
+	}
+	if named, subnets, children := l.Users("netops", "corp", 5); subnets+children != 0 || len(named) != 0 {
+		t.Errorf("a refused claim keeps the pool in use: %v", named)
+	}
+	own := moveSubnet(explicit("own", "corp", "10.0.1.0/24", 2), "netops")
+	own.Spec.PoolRef.Namespace = "netops"
+	l.ApplySubnet(own, Created, nil)
+	if d, _ := l.DecideSubnet("netops", "own", own.UID); !d.Ready() {
+		t.Errorf("the owners' claim: %+v", d)
+	}
+	// Allowed now, it is an ordinary pending claim again: it waits for
+	// the range the owners hold.
+	corpAll := movePool(rootPool("corp", "10.0.0.0/16", 24), "netops")
+	corpAll.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	l.ApplyPool(corpAll, Updated, nil)
+	if _, total := l.Overlapping(corp, netip.MustParsePrefix("10.0.2.0/24"), "netops", SubnetKey("x"), 5); total != 1 {
+		t.Errorf("an allowed request is not in the overlap answer: %d", total)
+	}
+}
+
+// Until the Namespaces' informer has delivered a namespace, a Selector
+// pool does not allow it, even one whose selector an empty label set
+// matches; when the namespace arrives, its waiting claims are woken.
+func TestUnknownNamespaceMatchesNoSelector(t *testing.T) {
+	l := New()
+	l.MarkSynced()
+	corp := movePool(rootPool("corp", "10.0.0.0/16", 24), "netops")
+	corp.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromSelector, Selector: &metav1.LabelSelector{
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "quarantine", Operator: metav1.LabelSelectorOpDoesNotExist}}}}
+	l.ApplyPool(corp, Created, nil)
+	s := moveSubnet(dynamic("web", "corp", 24, 1), "team-new")
+	s.Spec.PoolRef.Namespace = "netops"
+	l.ApplySubnet(s, Created, nil)
+	if d, _ := l.DecideSubnet("team-new", "web", s.UID); d.Reason != ipamv1.ReasonNotAllowed {
+		t.Fatalf("a namespace not known yet: %+v", d)
+	}
+	if allowed, policy, _ := l.Consent(ipamv1.PoolReference{Namespace: "netops", Name: "corp"}, "team-new"); allowed || !strings.Contains(policy, "not known") {
+		t.Errorf("admission's answer: %v %q", allowed, policy)
+	}
+	var woken []statuscalc.ClaimRef
+	l.Subscribe(func(e Event) { woken = append(woken, e.Wake...) })
+	l.ApplyNamespace("team-new", map[string]string{"quarantine": "true"}, Created)
+	if len(woken) != 1 {
+		t.Errorf("woken: %v", woken)
+	}
+	if d, _ := l.DecideSubnet("team-new", "web", s.UID); d.Reason != ipamv1.ReasonNotAllowed {
+		t.Errorf("a quarantined namespace: %+v", d)
+	}
+	l.ApplyNamespace("team-new", nil, Updated)
+	if d, _ := l.DecideSubnet("team-new", "web", s.UID); !d.Ready() {
+		t.Errorf("a namespace the selector matches: %+v", d)
+	}
+}
+
+// A child pool that asks to grow while its namespace is not allowed keeps
+// its range, and is woken when the namespace is allowed again.
+func TestChildResizeWokenWhenAllowedAgain(t *testing.T) {
+	l := New()
+	l.MarkSynced()
+	l.ApplyNamespace("team-a", nil, Created)
+	corp := movePool(rootPool("corp", "10.0.0.0/16", 24), "netops")
+	corp.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromSelector, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "true"}}}
+	l.ApplyPool(corp, Created, nil)
+	kid := withStatus(movePool(childPool("kid", "corp", "10.0.0.0/24", 1), "team-a"), "10.0.0.0/24")
+	kid.Spec.ParentRef.Namespace = "netops"
+	l.ApplyPool(kid, Created, nil) // granted while team-a was a tenant
+	grown := kid.DeepCopy()
+	grown.Spec.CIDR, grown.Generation = "10.0.0.0/23", 2
+	l.ApplyPool(grown, Updated, nil)
+	d, _ := l.DecidePool("team-a", "kid", kid.UID)
+	if d.Reason != ipamv1.ReasonNotAllowed || d.CIDR.String() != "10.0.0.0/24" {
+		t.Fatalf("a resize without consent: %+v", d)
+	}
+	var woken []statuscalc.ClaimRef
+	l.Subscribe(func(e Event) { woken = append(woken, e.Wake...) })
+	l.ApplyNamespace("team-a", map[string]string{"tenant": "true"}, Updated)
+	if len(woken) != 1 || woken[0].Name != "kid" {
+		t.Fatalf("woken: %v", woken)
+	}
+	if d, _ := l.DecidePool("team-a", "kid", kid.UID); !d.Ready() || d.CIDR.String() != "10.0.0.0/23" {
+		t.Errorf("the resize once allowed: %+v", d)
+	}
+}

@@ -63,8 +63,12 @@ func (l *Ledger) Overlapping(pool ipamv1.PoolReference, p netip.Prefix, excludeN
 		return nil, 0
 	}
 	c := collector{limit: limit, seen: map[claimID]bool{idOf(excludeNamespace, exclude): true}}
+	for _, o := range l.b.outsiders(s) {
+		c.seen[o.id] = true // a refused claim keeps nothing from others
+	}
+	skipped := len(c.seen) - 1
 	s.index.Overlapping(p, c.add)
-	return c.found, len(c.seen) - 1
+	return c.found, len(c.seen) - 1 - skipped
 }
 
 // HeldLeftOutside returns up to limit claims of a pool whose held range lies
@@ -151,13 +155,23 @@ func (l *Ledger) Users(namespace, pool string, limit int) (named []statuscalc.Cl
 	if s == nil {
 		return nil, 0, 0
 	}
+	// Claims refused for consent that hold nothing do not use it
+	// (book.outsiders).
+	subnets, children = l.b.users(s)
 	if limit <= 0 {
-		return nil, s.subnets, s.children
+		return nil, subnets, children
+	}
+	outsiders := map[claimID]bool{}
+	for _, o := range l.b.outsiders(s) {
+		outsiders[o.id] = true
 	}
 	// The first few in order, kept in a slice of at most limit+1, not a
 	// sort of every claim: a pool in use may have 100k.
 	named = make([]statuscalc.ClaimRef, 0, min(limit, len(s.claims))+1)
 	for id := range s.claims {
+		if outsiders[id] {
+			continue
+		}
 		ref := id.ref()
 		if len(named) == limit && compareRefs(ref, named[limit-1]) >= 0 {
 			continue
@@ -166,7 +180,7 @@ func (l *Ledger) Users(namespace, pool string, limit int) (named []statuscalc.Cl
 		named = slices.Insert(named, i, ref)
 		named = named[:min(len(named), limit)]
 	}
-	return named, s.subnets, s.children
+	return named, subnets, children
 }
 
 // compareRefs orders claims as the ledger names them (Users, and ties in

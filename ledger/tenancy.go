@@ -46,15 +46,18 @@ func consentOf(a *ipamv1.AllowedNamespaces) consent {
 }
 
 // allows reports whether a claim from namespace may claim from a pool in
-// poolNamespace with this consent, given the namespace's labels.
-func (c consent) allows(poolNamespace, namespace string, nsLabels labels.Set) bool {
+// poolNamespace with this consent, given the namespace's labels; known is
+// false when the Namespaces' informer has not delivered the namespace
+// (yet): a selector is then not matched at all, since an empty label set
+// would match a negative one (`quarantine DoesNotExist`).
+func (c consent) allows(poolNamespace, namespace string, nsLabels labels.Set, known bool) bool {
 	switch {
 	case namespace == poolNamespace:
 		return true
 	case c.from == ipamv1.FromAll:
 		return true
 	case c.from == ipamv1.FromSelector:
-		return c.selector.Matches(nsLabels)
+		return known && c.selector.Matches(nsLabels)
 	}
 	return false
 }
@@ -86,7 +89,8 @@ func (b *book) allowed(c *claim) bool {
 	if s == nil || s.pool == nil {
 		return false
 	}
-	return s.pool.consent.allows(poolNS, c.id.namespace(), b.nsLabels[c.id.namespace()])
+	nsLabels, known := b.nsLabels[c.id.namespace()]
+	return s.pool.consent.allows(poolNS, c.id.namespace(), nsLabels, known)
 }
 
 // notAllowed refuses a claim from a namespace the pool does not allow.
@@ -116,13 +120,19 @@ func (l *Ledger) Consent(pool ipamv1.PoolReference, namespace string) (allowed b
 		return false, "", false
 	}
 	c := s.pool.consent
-	return c.allows(pool.Namespace, namespace, l.b.nsLabels[namespace]), c.describe(pool.Namespace), true
+	nsLabels, known := l.b.nsLabels[namespace]
+	policy = c.describe(pool.Namespace)
+	if !known && c.from == ipamv1.FromSelector {
+		policy += fmt.Sprintf(" (the labels of namespace %s are not known to the operator yet: if it was just created, retry)", namespace)
+	}
+	return c.allows(pool.Namespace, namespace, nsLabels, known), policy, true
 }
 
 // SharedDomain reports whether claims from more than one namespace may
-// reach the pool: it allows other namespaces, or claims from another
-// namespace reference it (consent lost, or webhooks bypassed). Admission
-// then takes its freshness watermarks cluster-wide, not in one namespace.
+// reach the pool: it allows other namespaces or did (slot.opened), or
+// claims from another namespace reference it (consent lost, webhooks
+// bypassed, or made before the pool existed). Admission then takes its
+// freshness watermarks cluster-wide, not in one namespace.
 func (l *Ledger) SharedDomain(namespace, name string) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -130,11 +140,12 @@ func (l *Ledger) SharedDomain(namespace, name string) bool {
 	if s == nil {
 		return false
 	}
-	return len(s.foreign) > 0 || (s.pool != nil && s.pool.consent.from != ipamv1.FromSame)
+	return len(s.foreign) > 0 || s.opened || (s.pool != nil && s.pool.consent.from != ipamv1.FromSame)
 }
 
 // NamespaceLabels returns a copy of a namespace's labels as the ledger
-// knows them, and whether it knows the namespace.
+// knows them, and whether it knows the namespace (its informer may not
+// have delivered it yet).
 func (l *Ledger) NamespaceLabels(namespace string) (map[string]string, bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -207,9 +218,10 @@ func (l *Ledger) DeleteNamespace(name string) {
 	l.publish(Event{Type: Deleted, Kind: KindNamespace, Name: name, Wake: refs(wake), Pools: pools})
 }
 
-// consentChanged returns, after namespace's labels changed, its claims on
-// other namespaces' pools that hold nothing (they may now be granted, or
-// refused) and those pools. O(claims in the namespace).
+// consentChanged returns, after namespace's labels changed, its waiting
+// claims on other namespaces' pools (they may now be granted, or refused:
+// those that hold nothing, and child pools asking for another range) and
+// those pools. O(claims in the namespace).
 func (b *book) consentChanged(namespace string) ([]claimID, []ipamv1.PoolReference) {
 	n := b.namespaces[namespace]
 	if n == nil {
@@ -222,8 +234,10 @@ func (b *book) consentChanged(namespace string) ([]claimID, []ipamv1.PoolReferen
 			continue
 		}
 		pools[c.pool] = struct{}{}
-		if !c.holds().IsValid() {
-			wake = append(wake, id)
+		if s := b.slots[c.pool]; s != nil {
+			if _, waiting := s.waiting[id]; waiting {
+				wake = append(wake, id)
+			}
 		}
 	}
 	slices.Sort(wake)

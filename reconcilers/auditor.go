@@ -118,17 +118,19 @@ func (a *Auditor) Audit(ctx context.Context) error {
 }
 
 // held is a Ready claim's range and whose it is. Only names are kept, so a
-// pass over 100k Subnets holds no object of theirs.
+// pass over 100k Subnets holds no object of theirs. The claim's namespace
+// may differ from its pool's (a tenant's claim on a platform pool).
 type held struct {
-	prefix netip.Prefix
-	kind   string
-	name   string
-	uid    types.UID
+	prefix    netip.Prefix
+	kind      string
+	namespace string
+	name      string
+	uid       types.UID
 }
 
 // object returns a reference to the claim's object, for its event.
-func (h held) object(namespace string) client.Object {
-	meta := metav1.ObjectMeta{Namespace: namespace, Name: h.name, UID: h.uid}
+func (h held) object() client.Object {
+	meta := metav1.ObjectMeta{Namespace: h.namespace, Name: h.name, UID: h.uid}
 	if h.kind == statuscalc.KindSubnetPool {
 		return &ipamv1.SubnetPool{ObjectMeta: meta}
 	}
@@ -148,13 +150,13 @@ func Check(subnets iter.Seq[ledger.ReadySubnet], pools []ipamv1.SubnetPool) []Fi
 		if p.Spec.ParentRef != nil && p.Status.CIDR != "" {
 			if r, err := ipspace.ParsePrefix(p.Status.CIDR); err == nil {
 				k := poolKey{p.Spec.ParentRef.In(p.Namespace), p.Spec.ParentRef.Name}
-				byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnetPool, p.Name, p.UID})
+				byPool[k] = append(byPool[k], held{r, statuscalc.KindSubnetPool, p.Namespace, p.Name, p.UID})
 			}
 		}
 	}
 	for s := range subnets {
 		k := poolKey{s.Pool.Namespace, s.Pool.Name}
-		byPool[k] = append(byPool[k], held{s.CIDR, statuscalc.KindSubnet, s.Name, s.UID})
+		byPool[k] = append(byPool[k], held{s.CIDR, statuscalc.KindSubnet, s.Namespace, s.Name, s.UID})
 	}
 
 	var findings []Finding
@@ -179,11 +181,11 @@ func Check(subnets iter.Seq[ledger.ReadySubnet], pools []ipamv1.SubnetPool) []Fi
 				continue // ClaimsOutside reported, or an unparseable range the pool reports
 			}
 			if rules == nil {
-				findings = append(findings, Finding{ViolationOutside, c.object(k.ns),
-					fmt.Sprintf("%s %s/%s holds %s but its pool %s/%s does not exist", c.kind, k.ns, c.name, c.prefix, k.ns, k.name)})
+				findings = append(findings, Finding{ViolationOutside, c.object(),
+					fmt.Sprintf("%s %s/%s holds %s but its pool %s/%s does not exist", c.kind, c.namespace, c.name, c.prefix, k.ns, k.name)})
 			} else if v := rules.CheckRange(c.prefix, false); v != nil {
-				findings = append(findings, Finding{ViolationOutside, c.object(k.ns),
-					fmt.Sprintf("%s %s/%s holds %s, which %s", c.kind, k.ns, c.name, c.prefix, v.Detail)})
+				findings = append(findings, Finding{ViolationOutside, c.object(),
+					fmt.Sprintf("%s %s/%s holds %s, which %s", c.kind, c.namespace, c.name, c.prefix, v.Detail)})
 			}
 		}
 		// Sorted by address, a range overlaps an earlier one exactly when it
@@ -195,9 +197,9 @@ func Check(subnets iter.Seq[ledger.ReadySubnet], pools []ipamv1.SubnetPool) []Fi
 			c := &claims[i]
 			if furthest != nil && furthest.prefix.Addr().BitLen() == c.prefix.Addr().BitLen() &&
 				!netipx.PrefixLastIP(furthest.prefix).Less(c.prefix.Addr()) {
-				findings = append(findings, Finding{ViolationOverlap, c.object(k.ns),
+				findings = append(findings, Finding{ViolationOverlap, c.object(),
 					fmt.Sprintf("%s %s/%s holds %s, which overlaps %s %s/%s (%s), also Ready",
-						c.kind, k.ns, c.name, c.prefix, furthest.kind, k.ns, furthest.name, furthest.prefix)})
+						c.kind, c.namespace, c.name, c.prefix, furthest.kind, furthest.namespace, furthest.name, furthest.prefix)})
 			}
 			if furthest == nil || furthest.prefix.Addr().BitLen() != c.prefix.Addr().BitLen() ||
 				netipx.PrefixLastIP(furthest.prefix).Less(netipx.PrefixLastIP(c.prefix)) {

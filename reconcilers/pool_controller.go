@@ -150,12 +150,20 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 		return false, err
 	}
 	// The field selector matches the name only: a Subnet that names a pool
-	// of that name in another namespace does not use this one.
-	subnets.Items = slices.DeleteFunc(subnets.Items, func(s ipamv1.Subnet) bool { return s.Spec.PoolRef.In(s.Namespace) != p.Namespace })
+	// of that name in another namespace does not use this one, nor does one
+	// the pool refuses (its namespace is not allowed) that holds nothing.
+	ref := ipamv1.PoolReference{Namespace: p.Namespace, Name: p.Name}
+	subnets.Items = slices.DeleteFunc(subnets.Items, func(s ipamv1.Subnet) bool {
+		if s.Spec.PoolRef.In(s.Namespace) != p.Namespace {
+			return true
+		}
+		return r.refused(ref, s.Namespace, s.Status.CIDR)
+	})
 	var children ipamv1.SubnetPoolList
-	if err := r.Client.List(ctx, &children, client.MatchingFields{IndexPoolParentRef: ParentKey(p.Namespace, p.Name)}, client.Limit(1)); err != nil {
+	if err := r.Client.List(ctx, &children, client.MatchingFields{IndexPoolParentRef: ParentKey(p.Namespace, p.Name)}); err != nil {
 		return false, err
 	}
+	children.Items = slices.DeleteFunc(children.Items, func(c ipamv1.SubnetPool) bool { return r.refused(ref, c.Namespace, c.Status.CIDR) })
 	if len(subnets.Items)+len(children.Items) > 0 {
 		return false, fmt.Errorf("the ledger and the API disagree on the users of SubnetPool %s/%s; retrying", p.Namespace, p.Name)
 	}
@@ -163,6 +171,17 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 	return true, client.IgnoreNotFound(r.patchFinalizers(ctx, p, func(p *ipamv1.SubnetPool) bool {
 		return controllerutil.RemoveFinalizer(p, ipamv1.FinalizerPoolProtection)
 	}))
+}
+
+// refused reports whether a claim from namespace on pool is one the pool
+// refuses (its namespace is not allowed) and that holds nothing: it does
+// not use the pool (ledger: book.outsiders).
+func (r *PoolStatusReconciler) refused(pool ipamv1.PoolReference, namespace, held string) bool {
+	if namespace == pool.Namespace || held != "" {
+		return false
+	}
+	allowed, _, found := r.Ledger.Consent(pool, namespace)
+	return found && !allowed
 }
 
 // patchFinalizers applies change to the pool's finalizers with a merge patch

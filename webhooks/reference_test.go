@@ -3,6 +3,7 @@ package webhooks
 import (
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,7 +161,7 @@ func TestConsentAcrossNamespaces(t *testing.T) {
 		{"Selector refuses another", claim("team-b", "selected", ""),
 			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/selected allows claims only from its own namespace netops and namespaces matching tenant=true, not from team-b; ask its owners to allow this namespace in spec.allowedNamespaces`},
 		{"Selector refuses a namespace it does not know", claim("team-z", "selected", ""),
-			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/selected allows claims only from its own namespace netops and namespaces matching tenant=true, not from team-z; ask its owners to allow this namespace in spec.allowedNamespaces`},
+			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/selected allows claims only from its own namespace netops and namespaces matching tenant=true (the labels of namespace team-z are not known to the operator yet: if it was just created, retry), not from team-z; ask its owners to allow this namespace in spec.allowedNamespaces`},
 		{"All serves anyone", claim("team-z", "everyone", ""), ""},
 		// The overlap domain is the pool, whichever namespaces its claims
 		// live in; a tenant learns the range, not another tenant's names.
@@ -287,5 +288,35 @@ func TestReferenceUpdatesCompareResolved(t *testing.T) {
 	samePool.Spec.ParentRef.Namespace = ns
 	if _, err := w.poolValidator().ValidateUpdate(withUpdate(pool), pool, samePool); err != nil {
 		t.Errorf("same parent, namespace written: %v", err)
+	}
+}
+
+// Whether a pool is shared is read after the requester's namespace has
+// caught up: a platform pool applied a moment ago together with a tenant's
+// claim on it (kubectl apply of a directory) must not be caught up with in
+// the platform namespace only, or the tenant's claim is missed.
+func TestSharedPoolCaughtUpAcrossNamespaces(t *testing.T) {
+	w := newWorld()
+	w.ledger.ApplyNamespace("team-b", nil, ledger.Created)
+	corp := pool("corp", "10.9.0.0/16")
+	corp.Namespace = "netops"
+	corp.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	tenant := subnet("b", "corp", "10.9.1.0/24")
+	tenant.Namespace, tenant.Spec.PoolRef.Namespace = "team-b", "netops"
+	// Both are acknowledged by the API server; this replica's informers
+	// deliver them a moment later, the pool first.
+	w.api.add(corp)
+	w.api.add(tenant)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		w.ledger.ApplyPool(corp, ledger.Created, nil)
+		time.Sleep(30 * time.Millisecond)
+		w.ledger.ApplySubnet(tenant, ledger.Created, nil)
+	}()
+	own := subnet("a", "corp", "10.9.1.0/25")
+	own.Namespace, own.Spec.PoolRef.Namespace = "netops", "netops"
+	_, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), own)
+	if err == nil || !strings.Contains(err.Error(), "overlaps a range held in another namespace (10.9.1.0/24)") {
+		t.Fatalf("an overlap with a claim acknowledged in another namespace: %v", err)
 	}
 }

@@ -168,22 +168,19 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 	// An explicit range must not overlap anything the pool knows of,
 	// including a claim created a moment ago: catch up first. A pool that
 	// claims from several namespaces can reach is caught up with across
-	// all of them (ledger.SharedDomain).
+	// all of them (awaitDomain).
 	ref := s.Spec.PoolRef // validateSubnetSpec: name and namespace are set
-	scope := s.Namespace
-	if ref.Namespace != s.Namespace || v.Ledger.SharedDomain(ref.Namespace, ref.Name) {
-		scope = ""
-	}
+	domain := []ipamv1.PoolReference{ref}
 	explicit := s.Spec.CIDR != ""
 	if explicit {
-		if err := v.fresh.await(ctx, scope, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
+		if err := v.fresh.awaitDomain(ctx, s.Namespace, domain, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
 			return internalError(ctx, statuscalc.KindSubnet, err)
 		}
 	}
 	pool, ok := v.Ledger.Pool(ref.Namespace, ref.Name)
 	if !ok && !explicit {
 		// Maybe it was created a moment ago; look again before warning.
-		if err := v.fresh.await(ctx, scope, statuscalc.KindSubnetPool); err != nil {
+		if err := v.fresh.awaitDomain(ctx, s.Namespace, domain, statuscalc.KindSubnetPool); err != nil {
 			return internalError(ctx, statuscalc.KindSubnet, err)
 		}
 		pool, ok = v.Ledger.Pool(ref.Namespace, ref.Name)

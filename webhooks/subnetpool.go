@@ -111,7 +111,8 @@ func (v *SubnetPoolValidator) ValidateUpdate(ctx context.Context, old, p *ipamv1
 // child pools use cannot be deleted (the finalizer also keeps it when this
 // webhook is bypassed).
 func (v *SubnetPoolValidator) ValidateDelete(ctx context.Context, p *ipamv1.SubnetPool) (admission.Warnings, error) {
-	if err := v.fresh.await(ctx, v.scope(p.Namespace, p.Name), statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
+	self := []ipamv1.PoolReference{{Namespace: p.Namespace, Name: p.Name}}
+	if err := v.fresh.awaitDomain(ctx, p.Namespace, self, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
 		return internalError(ctx, statuscalc.KindSubnetPool, err)
 	}
 	named, subnets, children := v.Ledger.Users(p.Namespace, p.Name, maxNamed)
@@ -156,14 +157,11 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	}
 	// Caught up across namespaces when the pool, or the parent it is
 	// carved from, can hold claims from several.
-	scope := v.scope(p.Namespace, p.Name)
-	if ref := p.Spec.ParentRef; ref != nil && scope != "" {
-		scope = v.scope(ref.In(p.Namespace), ref.Name)
-		if ref.In(p.Namespace) != p.Namespace {
-			scope = ""
-		}
+	domain := []ipamv1.PoolReference{{Namespace: p.Namespace, Name: p.Name}}
+	if ref := p.Spec.ParentRef; ref != nil {
+		domain = append(domain, ipamv1.PoolReference{Namespace: ref.In(p.Namespace), Name: ref.Name})
 	}
-	if err := v.fresh.await(ctx, scope, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
+	if err := v.fresh.awaitDomain(ctx, p.Namespace, domain, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
 		return internalError(ctx, statuscalc.KindSubnetPool, err)
 	}
 	if old == nil && p.Spec.ParentRef == nil {
@@ -185,15 +183,6 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 }
 
-// scope is the namespace the freshness barrier reads for a pool's claims:
-// its own, or every namespace ("") when claims from several can reach it.
-func (v *SubnetPoolValidator) scope(namespace, name string) string {
-	if v.Ledger.SharedDomain(namespace, name) {
-		return ""
-	}
-	return namespace
-}
-
 // validateRootNamespace refuses a root pool in a namespace that
 // RootPoolNamespaces does not select.
 func (v *SubnetPoolValidator) validateRootNamespace(namespace string) verdict {
@@ -201,8 +190,13 @@ func (v *SubnetPoolValidator) validateRootNamespace(namespace string) verdict {
 	if v.RootPoolNamespaces == nil || namespace == "" {
 		return res
 	}
-	nsLabels, _ := v.Ledger.NamespaceLabels(namespace)
-	if !v.RootPoolNamespaces.Matches(labels.Set(nsLabels)) {
+	nsLabels, known := v.Ledger.NamespaceLabels(namespace)
+	switch {
+	case !known: // an empty label set would match a negative selector
+		res.add(reasonNotAllowed, field.Forbidden(specPath.Child("parentRef"), fmt.Sprintf(
+			"root SubnetPools (without parentRef) may be created only in namespaces matching %s, and the labels of namespace %s are not known to the operator yet; if it was just created, retry",
+			v.RootPoolNamespaces, namespace)))
+	case !v.RootPoolNamespaces.Matches(labels.Set(nsLabels)):
 		res.add(reasonNotAllowed, field.Forbidden(specPath.Child("parentRef"), fmt.Sprintf(
 			"root SubnetPools (without parentRef) may be created only in namespaces matching %s, and namespace %s does not; "+
 				"carve this pool from one of those pools with spec.parentRef, or ask the platform team",

@@ -157,6 +157,32 @@ func (f *freshness) await(ctx context.Context, namespace string, kinds ...string
 	return nil
 }
 
+// awaitDomain makes the ledger fresh for a decision about the claims of
+// the pools refs, made by a request from namespace: it catches up in
+// namespace when every pool is there and only its namespace can claim from
+// them, else across namespaces. Whether a pool is shared (ledger.SharedDomain)
+// is read after the catch-up in namespace, which brings in the pool's
+// current spec: decided before it, a pool created or opened to other
+// namespaces a moment ago would be caught up with in one namespace only,
+// and a claim acknowledged in another missed.
+func (f *freshness) awaitDomain(ctx context.Context, namespace string, refs []ipamv1.PoolReference, kinds ...string) error {
+	scope := namespace
+	for _, r := range refs {
+		if r.Namespace != namespace {
+			scope = ""
+		}
+	}
+	if err := f.await(ctx, scope, kinds...); err != nil || scope == "" {
+		return err
+	}
+	for _, r := range refs {
+		if f.ledger.SharedDomain(r.Namespace, r.Name) {
+			return f.await(ctx, "", kinds...)
+		}
+	}
+	return nil
+}
+
 // errNotCaughtUp is the refusal of a request whose view did not catch up.
 func errNotCaughtUp(timeout time.Duration) error {
 	return apierrors.NewTimeoutError(fmt.Sprintf(
