@@ -48,6 +48,7 @@ func main() {
 	restart := flag.Bool("restart", false, "After the creates, restart the manager and report its start-up over the N Subnets: time to ready, peak RSS, RSS after a GC.")
 	out := flag.String("out", "", "Also append the report to this file.")
 	flag.BoolVar(&writePoolNamespace, "write-pool-namespace", false, "The Subnets write their pool's namespace (spec.poolRef.namespace), which admission fills otherwise.")
+	flag.IntVar(&tenants, "tenants", 0, "Spread the Subnets over this many tenant namespaces, claiming from the pool of the load's namespace, which allows them all (a platform's shared plan); 0: beside the pool.")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the figures are the output
 	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *managerEnv, *modes, *profiles, *out, *restart, *records); err != nil {

@@ -200,13 +200,23 @@ func explicitCIDR(k int) string {
 // admission otherwise fills (-write-pool-namespace).
 var writePoolNamespace bool
 
+// tenants: the Subnets live in this many tenant namespaces, round robin,
+// and claim from the pool in the load's namespace, which allows every
+// namespace (-tenants; 0: the Subnets live beside the pool).
+var tenants int
+
+func tenantNamespace(k int) string { return fmt.Sprintf("%s-tenant-%03d", namespace, k) }
+
 func newSubnet(i, explicitEvery int) (*ipamv1.Subnet, bool) {
 	s := &ipamv1.Subnet{
 		ObjectMeta: metav1.ObjectMeta{Name: subnetName(i), Namespace: namespace},
 		Spec:       ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: poolName}},
 	}
-	if writePoolNamespace {
+	if writePoolNamespace || tenants > 0 {
 		s.Spec.PoolRef.Namespace = namespace
+	}
+	if tenants > 0 {
+		s.Namespace = tenantNamespace(i % tenants)
 	}
 	if explicitEvery > 0 && i%explicitEvery == 0 {
 		s.Spec.CIDR = explicitCIDR(i / explicitEvery)
@@ -267,14 +277,24 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 			return nil, err
 		}
 	}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
-		return nil, err
+	namespaces := []string{namespace}
+	for k := range tenants {
+		namespaces = append(namespaces, tenantNamespace(k))
+	}
+	for _, ns := range namespaces {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return nil, err
+		}
 	}
 	length := int32(subnetLength)
-	if err := c.Create(ctx, &ipamv1.SubnetPool{
+	pool := &ipamv1.SubnetPool{
 		ObjectMeta: metav1.ObjectMeta{Name: poolName, Namespace: namespace},
 		Spec:       ipamv1.SubnetPoolSpec{CIDR: poolCIDR, DefaultPrefixLength: &length},
-	}); err != nil {
+	}
+	if tenants > 0 {
+		pool.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	}
+	if err := c.Create(ctx, pool); err != nil {
 		return nil, err
 	}
 	if cfg.webhooks == webhooksNoop {
@@ -293,8 +313,12 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	}
 
 	t := &tracker{ready: map[string]time.Time{}, cidrs: map[string]string{}, lastReasons: map[string]string{}, recorded: map[string]time.Time{}}
+	watched := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		watched[ns] = cache.Config{}
+	}
 	informers, err := cache.New(restCfg, cache.Options{
-		Scheme: sch, DefaultNamespaces: map[string]cache.Config{namespace: {}},
+		Scheme: sch, DefaultNamespaces: watched,
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
 	if err != nil {
