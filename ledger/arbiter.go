@@ -503,12 +503,24 @@ func (b *book) users(s *slot) (subnets, children int) {
 // allow that hold nothing: they ask, and are refused. They use nothing of
 // the pool, so they neither keep it from being deleted nor keep a range
 // from others (else a tenant could claim a pool's whole range before the
-// pool exists, and block its owners). O(claims from other namespaces).
+// pool exists, and block its owners). O(namespaces with claims on the
+// pool), plus the claims of the namespaces it does not allow.
 func (b *book) outsiders(s *slot) []*claim {
+	return b.refusedClaims(s, func(c *claim) bool { return !c.holds().IsValid() })
+}
+
+// refusedClaims are the claims of a slot from namespaces the pool does not
+// allow, among those that keep says to.
+func (b *book) refusedClaims(s *slot, keep func(*claim) bool) []*claim {
 	var out []*claim
-	for id := range s.foreign {
-		if c := s.claims[id]; c != nil && !c.holds().IsValid() && !b.allowed(c) {
-			out = append(out, c)
+	for ns := range s.foreign {
+		if b.allowsNamespace(s, ns) {
+			continue
+		}
+		for _, c := range b.namespaces[ns].claims {
+			if c.pool == s.id && keep(c) {
+				out = append(out, c)
+			}
 		}
 	}
 	return out

@@ -338,9 +338,11 @@ type slot struct {
 	// outside holds the claims whose held range breaks the pool's current
 	// rules (see claim.outside).
 	outside map[claimID]struct{}
-	// foreign holds the claims from namespaces other than the pool's: the
-	// only ones consent applies to, so a pool without them costs nothing.
-	foreign map[claimID]struct{}
+	// foreign counts the claims from namespaces other than the pool's, by
+	// namespace: consent applies to those only, and is a property of the
+	// namespace, so a question about consent costs O(namespaces) here, and
+	// O(claims) only for a namespace the pool does not allow.
+	foreign map[string]int
 	// opened is set once the pool was seen allowing other namespaces, and
 	// stays: claims they made then may still be on their way to this
 	// replica after the pool went back to Same (SharedDomain).
@@ -455,7 +457,7 @@ func (b *book) slot(id poolID) *slot {
 	s := b.slots[id]
 	if s == nil {
 		s = &slot{id: id, self: id.claimID(), claims: map[claimID]*claim{}, waiting: map[claimID]struct{}{}, requests: map[claimID]struct{}{},
-			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, foreign: map[claimID]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
+			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, foreign: map[string]int{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
 		b.slots[id] = s
 	}
 	return s
@@ -585,8 +587,8 @@ func (b *book) upsertClaim(next *claim) change {
 		s := b.slot(next.pool)
 		next.pool = s.id // one string per pool, not one per claim
 		s.claims[next.id] = next
-		if next.id.namespace() != s.id.namespace() {
-			s.foreign[next.id] = struct{}{}
+		if ns := next.id.namespace(); ns != s.id.namespace() {
+			s.foreign[ns]++
 		}
 		s.count(next.key(), next.reason, +1)
 		b.indexClaim(s, next, true)
@@ -662,7 +664,11 @@ func (b *book) removeClaim(key claimID) change {
 	s := b.slots[c.pool]
 	b.indexClaim(s, c, false)
 	delete(s.claims, key)
-	delete(s.foreign, key)
+	if ns := key.namespace(); ns != s.id.namespace() {
+		if s.foreign[ns]--; s.foreign[ns] <= 0 {
+			delete(s.foreign, ns)
+		}
+	}
 	s.count(key.key(), c.reason, -1)
 	delete(s.waiting, key)
 	delete(s.requests, key)

@@ -81,16 +81,20 @@ func (c consent) describe(poolNamespace string) string {
 // that does not exist allows nothing yet, but the claim waits for it
 // (poolUnusable answers PoolNotFound first).
 func (b *book) allowed(c *claim) bool {
-	poolNS := c.pool.namespace()
-	if c.id.namespace() == poolNS {
+	if c.id.namespace() == c.pool.namespace() {
 		return true
 	}
-	s := b.slots[c.pool]
+	return b.allowsNamespace(b.slots[c.pool], c.id.namespace())
+}
+
+// allowsNamespace reports whether the pool of slot s allows claims from
+// namespace (one that is not the pool's own).
+func (b *book) allowsNamespace(s *slot, namespace string) bool {
 	if s == nil || s.pool == nil {
 		return false
 	}
-	nsLabels, known := b.nsLabels[c.id.namespace()]
-	return s.pool.consent.allows(poolNS, c.id.namespace(), nsLabels, known)
+	nsLabels, known := b.nsLabels[namespace]
+	return s.pool.consent.allows(s.id.namespace(), namespace, nsLabels, known)
 }
 
 // notAllowed refuses a claim from a namespace the pool does not allow.
@@ -155,7 +159,8 @@ func (l *Ledger) NamespaceLabels(namespace string) (map[string]string, bool) {
 
 // NotAllowedClaims returns up to limit claims of a pool that hold a range
 // although the pool no longer allows their namespace, sorted, and how many
-// there are. O(claims from other namespaces in the pool).
+// there are. O(namespaces with claims on the pool), plus the claims of
+// those it does not allow.
 func (l *Ledger) NotAllowedClaims(namespace, name string, limit int) ([]statuscalc.ClaimRef, int) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -167,14 +172,12 @@ func (l *Ledger) NotAllowedClaims(namespace, name string, limit int) ([]statusca
 }
 
 func (b *book) notAllowedClaims(s *slot, limit int) ([]statuscalc.ClaimRef, int) {
-	if len(s.foreign) == 0 {
-		return nil, 0
-	}
 	var ids []claimID
-	for id := range s.foreign {
-		if c := s.claims[id]; c != nil && c.holds().IsValid() && !b.allowed(c) {
-			ids = append(ids, id)
-		}
+	for _, c := range b.refusedClaims(s, func(c *claim) bool { return c.holds().IsValid() }) {
+		ids = append(ids, c.id)
+	}
+	if len(ids) == 0 {
+		return nil, 0
 	}
 	slices.Sort(ids)
 	total := len(ids)
