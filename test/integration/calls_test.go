@@ -69,7 +69,9 @@ func TestWebhookCallsPerLifecycle(t *testing.T) {
 	ns := namespace(t)
 	before := webhookCalls(t)
 
-	create(t, newPool(ns, "p", "10.77.0.0/16", 24))
+	shared := newPool(ns, "p", "10.77.0.0/16", 24)
+	shared.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	create(t, shared)
 	poolShows(t, ns, "p", func(p *ipamv1.SubnetPool) error {
 		if !slices.Contains(p.Finalizers, ipamv1.FinalizerPoolProtection) {
 			return fmt.Errorf("finalizers %v", p.Finalizers)
@@ -86,6 +88,16 @@ func TestWebhookCallsPerLifecycle(t *testing.T) {
 		if s := subnetReason(t, ns, name, ipamv1.ReasonAllocated); s.Spec.PoolRef != (ipamv1.PoolReference{Namespace: ns, Name: "p"}) {
 			t.Errorf("%s: poolRef %+v, want the namespace filled", name, s.Spec.PoolRef)
 		}
+	}
+	// A tenant's claim on the shared pool names it in full: nothing to
+	// default, so only the validating webhook (consent) is called.
+	tenantNS := namespace(t)
+	tenant := newSubnet(tenantNS, "tenant", "p", 26)
+	tenant.Spec.PoolRef.Namespace = ns
+	create(t, tenant)
+	subnetReason(t, tenantNS, "tenant", ipamv1.ReasonAllocated)
+	if err := k8s.Delete(ctx, tenant); err != nil {
+		t.Fatal(err)
 	}
 	if s := subnetReason(t, ns, "dflt", ipamv1.ReasonAllocated); s.Spec.PrefixLength == nil || *s.Spec.PrefixLength != 24 {
 		t.Errorf("dflt: prefixLength %v, want the pool's default 24", s.Spec.PrefixLength)
@@ -141,7 +153,7 @@ func TestWebhookCallsPerLifecycle(t *testing.T) {
 	}
 	want := map[string]float64{
 		"msubnet CREATE":     1, // only dflt needed defaulting (its length)
-		"vsubnet CREATE":     3,
+		"vsubnet CREATE":     4,
 		"msubnetpool CREATE": 1,
 		"vsubnetpool CREATE": 1,
 		"vsubnetpool DELETE": 1, // not the finalizer's add and removal
