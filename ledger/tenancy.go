@@ -157,20 +157,10 @@ func (l *Ledger) NamespaceLabels(namespace string) (map[string]string, bool) {
 	return maps.Clone(map[string]string(set)), ok
 }
 
-// NotAllowedClaims returns up to limit claims of a pool that hold a range
+// notAllowedClaims returns up to limit claims of a pool that hold a range
 // although the pool no longer allows their namespace, sorted, and how many
-// there are. O(namespaces with claims on the pool), plus the claims of
-// those it does not allow.
-func (l *Ledger) NotAllowedClaims(namespace, name string, limit int) ([]statuscalc.ClaimRef, int) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	s := l.b.slots[poolIDOf(namespace, name)]
-	if s == nil {
-		return nil, 0
-	}
-	return l.b.notAllowedClaims(s, limit)
-}
-
+// there are (PoolFigures' NotAllowed). O(namespaces with claims on the
+// pool), plus the claims of those it does not allow.
 func (b *book) notAllowedClaims(s *slot, limit int) ([]statuscalc.ClaimRef, int) {
 	var ids []claimID
 	for _, c := range b.refusedClaims(s, func(c *claim) bool { return c.holds().IsValid() }) {

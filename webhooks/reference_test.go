@@ -2,8 +2,8 @@ package webhooks
 
 import (
 	"strings"
+	"sync"
 	"testing"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -304,15 +304,20 @@ func TestSharedPoolCaughtUpAcrossNamespaces(t *testing.T) {
 	tenant := subnet("b", "corp", "10.9.1.0/24")
 	tenant.Namespace, tenant.Spec.PoolRef.Namespace = "team-b", "netops"
 	// Both are acknowledged by the API server; this replica's informers
-	// deliver them a moment later, the pool first.
+	// deliver each only once a read covers it: the pool with a read of
+	// its namespace, the tenant's Subnet with a read of every namespace.
+	// A barrier that never reads across namespaces never sees the Subnet.
 	w.api.add(corp)
 	w.api.add(tenant)
-	go func() {
-		time.Sleep(30 * time.Millisecond)
-		w.ledger.ApplyPool(corp, ledger.Created, nil)
-		time.Sleep(30 * time.Millisecond)
-		w.ledger.ApplySubnet(tenant, ledger.Created, nil)
-	}()
+	var deliverPool, deliverSubnet sync.Once
+	w.api.onRead = func(namespace string) {
+		if namespace == "netops" || namespace == "" {
+			deliverPool.Do(func() { w.ledger.ApplyPool(corp, ledger.Created, nil) })
+		}
+		if namespace == "" {
+			deliverSubnet.Do(func() { w.ledger.ApplySubnet(tenant, ledger.Created, nil) })
+		}
+	}
 	own := subnet("a", "corp", "10.9.1.0/25")
 	own.Namespace, own.Spec.PoolRef.Namespace = "netops", "netops"
 	_, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), own)

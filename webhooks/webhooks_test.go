@@ -74,6 +74,10 @@ type fakeAPI struct {
 	mu      sync.Mutex
 	subnets map[string]int
 	pools   map[string]int
+	// onRead, if set, runs at the start of every read with its namespace
+	// ("" for every namespace): a test delivers objects to the ledger
+	// there, as an informer that lags the API server would.
+	onRead func(namespace string)
 }
 
 func (f *fakeAPI) add(o client.Object) {
@@ -90,9 +94,12 @@ func (f *fakeAPI) add(o client.Object) {
 }
 
 func (f *fakeAPI) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	o := (&client.ListOptions{}).ApplyOptions(opts)
+	if f.onRead != nil {
+		f.onRead(o.Namespace)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	o := (&client.ListOptions{}).ApplyOptions(opts)
 	inScope := func(counts map[string]int) int {
 		if o.Namespace != "" {
 			return counts[o.Namespace]
