@@ -7,6 +7,9 @@
 #   bin/cert-manager-<v>/   cert-manager-local (our launcher) and its CRDs
 #   bin/prometheus-operator-<v>/crds   the ServiceMonitor and PrometheusRule
 #                           CRDs, to check config/ against a real API server
+#   bin/cluster-api-<v>/crds  Cluster API's IPAddressClaim, IPAddress and
+#                           Cluster CRDs, for `make dev` and the tests of
+#                           our Cluster API IPAM provider
 #   bin/prometheus-<v>/     prometheus and promtool, to test the alert rules
 #                           and the dashboard against the running manager
 #   bin/helm-<v>/helm       to test the chart and package it for releases
@@ -31,6 +34,10 @@ prom_version=$(modversion hack/tools/prometheus github.com/prometheus/prometheus
 helm_version=$(modversion hack/tools/helm helm.sh/helm/v3)
 # Newer versions are refused by the module proxy here; only CRDs are used.
 promop_version=v0.85.0
+# Cluster API: only its CRDs are used (our controller imports the types-only
+# module sigs.k8s.io/cluster-api/api through the main go.mod). Pinned here
+# because v1.14.3 and newer are refused by the module proxy here.
+capi_version=v1.14.2
 
 k8s_dir=$bin/k8s-$k8s_version
 if [ ! -f "$k8s_dir/.complete" ]; then
@@ -83,6 +90,21 @@ if [ ! -f "$promop_dir/.complete" ]; then
   touch "$promop_dir/.complete"
 fi
 
+capi_dir=$bin/cluster-api-$capi_version
+if [ ! -f "$capi_dir/.complete" ]; then
+  echo "Fetching the Cluster API $capi_version CRDs into bin/ (once)"
+  mkdir -p "$capi_dir/crds"
+  # The root module, downloaded only (in the tools module, not the main
+  # go.mod); since v1.14 its CRDs are under core/.
+  src=$(cd hack/tools/kube && go mod download -json "sigs.k8s.io/cluster-api@$capi_version" |
+    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  for crd in ipam.cluster.x-k8s.io_ipaddressclaims ipam.cluster.x-k8s.io_ipaddresses cluster.x-k8s.io_clusters; do
+    cp "$src/core/config/crd/bases/$crd.yaml" "$capi_dir/crds/"
+  done
+  chmod u+w "$capi_dir"/crds/*.yaml
+  touch "$capi_dir/.complete"
+fi
+
 prom_dir=$bin/prometheus-$prom_version
 if [ ! -f "$prom_dir/.complete" ]; then
   echo "Building prometheus and promtool $prom_version into bin/ (once; ~12 min on 2 cores)"
@@ -123,6 +145,7 @@ ln -sfn "$etcd_dir/etcd" "$assets/etcd"
 ln -sfn "$cm_dir/cert-manager-local" "$assets/cert-manager-local"
 ln -sfn "$cm_dir/crds" "$assets/cert-manager-crds"
 ln -sfn "$promop_dir/crds" "$assets/prometheus-operator-crds"
+ln -sfn "$capi_dir/crds" "$assets/cluster-api-crds"
 ln -sfn "$prom_dir/prometheus" "$assets/prometheus"
 ln -sfn "$prom_dir/promtool" "$assets/promtool"
 ln -sfn "$helm_dir/helm" "$assets/helm"

@@ -1,7 +1,7 @@
 // Command dev is `make dev`: a live control plane on 127.0.0.1 with
-// cert-manager, the operator and the samples, in the foreground until
-// Ctrl-C. State and logs go to .dev/; a run that crashed is cleaned up by the
-// next one.
+// cert-manager, Cluster API's CRDs, the operator and the samples, in the
+// foreground until Ctrl-C. State and logs go to .dev/; a run that crashed is
+// cleaned up by the next one.
 package main
 
 import (
@@ -48,9 +48,11 @@ func run(dir, manager string) error {
 		return err
 	}
 
-	fmt.Println("Starting etcd, kube-apiserver, kube-controller-manager, cert-manager and the operator on 127.0.0.1 ...")
+	fmt.Println("Starting etcd, kube-apiserver, kube-controller-manager, cert-manager, Cluster API's CRDs and the operator on 127.0.0.1 ...")
 	start := time.Now()
-	env, err := environment.Start(ctx, environment.Options{Dir: dir, Manager: manager, ControllerManager: true})
+	// Cluster API's CRDs go in before the manager starts: it serves
+	// IPAddressClaims only if the API server has them when it starts.
+	env, err := environment.Start(ctx, environment.Options{Dir: dir, Manager: manager, ControllerManager: true, ClusterAPI: true})
 	if err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, filepath.Join(dir, "logs"))
 	}
@@ -65,13 +67,15 @@ func run(dir, manager string) error {
 	defer func() { _ = os.Remove(pidFile) }()
 
 	// The samples of one namespace, then the plan that a platform
-	// namespace shares with tenant namespaces (config/samples/tenancy).
-	for _, samples := range []string{"samples", filepath.Join("samples", "tenancy")} {
+	// namespace shares with tenant namespaces (config/samples/tenancy),
+	// then a Cluster API workload cluster's address claims on a Subnet of
+	// a tenant of that plan (config/samples/cluster-api).
+	for _, samples := range []string{"samples", filepath.Join("samples", "tenancy"), filepath.Join("samples", "cluster-api")} {
 		if _, err := env.Kubectl(ctx, nil, "apply", "-k", filepath.Join(env.RepoRoot, "config", samples)); err != nil {
 			return fmt.Errorf("applying config/%s: %w", samples, err)
 		}
 	}
-	for _, ns := range []string{"default", "netops", "team-a", "team-b"} {
+	for _, ns := range []string{"default", "netops", "team-a", "team-b", "machines-demo"} {
 		if _, err := env.Kubectl(ctx, nil, "wait", "-n", ns, "--for=condition=Ready", "--timeout=60s", "subnetpools,subnets", "--all"); err != nil {
 			return fmt.Errorf("the samples in namespace %s did not become Ready: %w", ns, err)
 		}
@@ -106,6 +110,9 @@ Try, in another shell:
   spec: {poolRef: {name: datacenter}, cidr: 10.0.1.0/25}
   EOF
   # ^ rejected by the webhook: it overlaps the sample Subnet "web"
+  kubectl get ipaddressclaims,ipaddresses.ipam.cluster.x-k8s.io -n machines-demo
+  # ^ Cluster API machines' address claims on the Subnet "machines", and their addresses
+  #   (plain "ipaddresses" would be Kubernetes' own networking.k8s.io IPAddresses)
 
 Ctrl-C stops everything.
 ready

@@ -1,8 +1,9 @@
 // Package controlplane starts a real Kubernetes control plane on 127.0.0.1
 // for the integration tests, the end-to-end tests and `make dev`: etcd,
-// kube-apiserver and, on request, kube-controller-manager and cert-manager
-// (controller and CA injector). Binaries come from KUBEBUILDER_ASSETS, which
-// `make test` and `make dev` point at bin/assets (see hack/build-tools.sh).
+// kube-apiserver and, on request, kube-controller-manager, cert-manager
+// (controller and CA injector) and Cluster API's CRDs. Binaries come from
+// KUBEBUILDER_ASSETS, which `make test` and `make dev` point at bin/assets
+// (see hack/build-tools.sh).
 //
 // Every port is picked at random, so tests can run in parallel, and every
 // process is stopped by Stop, and by the kernel if the harness dies first.
@@ -45,6 +46,10 @@ type Options struct {
 	// CertManager installs cert-manager's CRDs and runs its controller and
 	// CA injector.
 	CertManager bool
+	// ClusterAPI installs Cluster API's IPAddressClaim, IPAddress and
+	// Cluster CRDs (from $Assets/cluster-api-crds; CRDs only, no Cluster
+	// API controllers) and waits until they are Established.
+	ClusterAPI bool
 	// APIServerArgs are extra kube-apiserver flags ("--name=value").
 	APIServerArgs []string
 }
@@ -119,6 +124,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	}
 	if opts.CertManager {
 		if err := cp.startCertManager(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if opts.ClusterAPI {
+		if err := cp.installClusterAPI(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -293,6 +303,22 @@ func (cp *ControlPlane) startCertManager(ctx context.Context) error {
 	// KUBECONFIG too, so that nothing in it can fall back to ~/.kube/config.
 	_, err = cp.start("cert-manager", filepath.Join(cp.Assets, "cert-manager-local"),
 		[]string{"--kubeconfig=" + kubeconfig, "--v=1"}, []string{"KUBECONFIG=" + kubeconfig})
+	return err
+}
+
+// installClusterAPI applies Cluster API's CRDs and waits until they are
+// served: installed bare, without Cluster API's conversion webhook, so only
+// their storage version (v1beta2) is safe to use.
+func (cp *ControlPlane) installClusterAPI(ctx context.Context) error {
+	// kubectl reads a symlink as a file; resolve it to the directory.
+	crds, err := filepath.EvalSymlinks(filepath.Join(cp.Assets, "cluster-api-crds"))
+	if err != nil {
+		return fmt.Errorf("%w (run hack/build-tools.sh or `make tools`)", err)
+	}
+	if _, err := cp.Kubectl(ctx, nil, "apply", "--server-side", "-f", crds); err != nil {
+		return fmt.Errorf("installing Cluster API's CRDs: %w", err)
+	}
+	_, err = cp.Kubectl(ctx, nil, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
 	return err
 }
 

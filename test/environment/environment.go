@@ -52,6 +52,11 @@ type Options struct {
 	ManagerEnv []string
 	// ControllerManager also runs kube-controller-manager.
 	ControllerManager bool
+	// ClusterAPI installs Cluster API's CRDs (IPAddressClaim, IPAddress,
+	// Cluster) with the control plane, before the operator is installed
+	// and the replicas start: the manager decides at start, by discovery,
+	// whether to serve IPAddressClaims.
+	ClusterAPI bool
 	// APIServerArgs are extra kube-apiserver flags.
 	APIServerArgs []string
 	// BeforeInstall, when set, runs on the bare control plane before the
@@ -106,7 +111,8 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 		}
 	}
 	cp, err := controlplane.Start(ctx, controlplane.Options{
-		Dir: opts.Dir, ControllerManager: opts.ControllerManager, CertManager: true, APIServerArgs: opts.APIServerArgs,
+		Dir: opts.Dir, ControllerManager: opts.ControllerManager, CertManager: true, ClusterAPI: opts.ClusterAPI,
+		APIServerArgs: opts.APIServerArgs,
 	})
 	if err != nil {
 		return nil, err
