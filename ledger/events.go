@@ -51,6 +51,9 @@ type Event struct {
 	// that holds nothing yet (waiting for the pool, for space, or for a
 	// winner to go) when the pool changed or space was released.
 	Wake []statuscalc.ClaimRef
+	// Subnet, on an IPAddress event (Kind KindAddress): the Subnet the
+	// address is from, in Namespace.
+	Subnet string
 	// Pools, on a Namespace event (Kind KindNamespace): the pools that
 	// hold claims from the namespace, whose ClaimsNotAllowed condition the
 	// namespace's new labels may change.
@@ -118,9 +121,12 @@ func (l *Ledger) applySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 	}
 	asBefore := known && heldAsBefore(prev, facts)
 	released := b.upsertClaim(facts)
-	wake := b.wakeAfterRelease(facts.pool, released)
+	wake := refs(b.wakeAfterRelease(facts.pool, released))
+	if !asBefore {
+		wake = append(wake, claimRefs(s.Namespace, b.addressWaiters(facts.id))...)
+	}
 	l.mu.Unlock()
-	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: s, OldObject: old, Wake: refs(wake), HeldAsBefore: asBefore})
+	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: s, OldObject: old, Wake: wake, HeldAsBefore: asBefore})
 }
 
 // heldAsBefore compares a Subnet's facts before and after an update (see
@@ -148,7 +154,7 @@ func (l *Ledger) deleteSubnet(obj any) *ipamv1.Subnet {
 	if !ok {
 		return nil
 	}
-	var wake []claimID
+	var wake []statuscalc.ClaimRef
 	id := idOf(s.Namespace, SubnetKey(s.Name))
 	l.mu.Lock()
 	b := &l.b
@@ -158,10 +164,11 @@ func (l *Ledger) deleteSubnet(obj any) *ipamv1.Subnet {
 		b.forgetNamespace(s.Namespace)
 		pool := c.pool
 		released := b.removeClaim(id)
-		wake = b.wakeAfterRelease(pool, released)
+		wake = refs(b.wakeAfterRelease(pool, released))
 	}
+	wake = append(wake, claimRefs(s.Namespace, b.addressWaiters(id))...)
 	l.mu.Unlock()
-	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: obj, Wake: refs(wake)})
+	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: obj, Wake: wake})
 	return s
 }
 

@@ -152,6 +152,12 @@ type claim struct {
 
 	// reason is the Ready condition's reason in status, for reporting.
 	reason string
+	// gateway is a Subnet's spec.gateway, nil if unset (most): the
+	// addresses it hands to Cluster API machines (addresses.go).
+	gateway *netip.Addr
+	// protected: the Subnet has the finalizer that keeps it while
+	// addresses of it are in use (package capi).
+	protected bool
 
 	// What the Subnet controller reads of a Subnet besides the facts above
 	// (nothing else keeps Subnets in memory: the ledger is their only
@@ -178,7 +184,7 @@ type shownStatus struct {
 // compactStatus returns st as a shownStatus if it has the controller's
 // form for a claim holding held with the given reason.
 func compactStatus(st *ipamv1.SubnetStatus, held netip.Prefix) (*shownStatus, bool) {
-	if len(st.Conditions) != 1 {
+	if len(st.Conditions) != 1 || st.IPAddresses != nil {
 		return nil, false
 	}
 	c := st.Conditions[0]
@@ -277,6 +283,14 @@ func (c *claim) serves() netip.Prefix {
 		return h
 	}
 	return netip.Prefix{}
+}
+
+// gatewayAddr is spec.gateway, invalid if unset.
+func (c *claim) gatewayAddr() netip.Addr {
+	if c.gateway == nil {
+		return netip.Addr{}
+	}
+	return *c.gateway
 }
 
 // key is the claim's key within its namespace.
@@ -383,6 +397,8 @@ type book struct {
 	// subnets and pools count every namespace's objects, for the barrier's
 	// cluster-wide watermarks.
 	subnets, pools int
+	// addresses are the single addresses Subnets hand out (addresses.go).
+	addresses addressBook
 }
 
 type namespaceRecord struct {
@@ -428,7 +444,7 @@ type Ledger struct {
 // registered with Feed have delivered their initial lists.
 func New() *Ledger {
 	return &Ledger{
-		b:         book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}},
+		b:         book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}, addresses: addressBook{}},
 		listeners: map[int]func(Event){},
 		lastRV:    map[string]string{},
 		changed:   make(chan struct{}),
@@ -499,6 +515,10 @@ func subnetFacts(s *ipamv1.Subnet) *claim {
 	if s.Spec.PrefixLength != nil {
 		c.prefixLength = int(*s.Spec.PrefixLength)
 	}
+	if gw, err := netip.ParseAddr(s.Spec.Gateway); err == nil {
+		c.gateway = &gw
+	}
+	c.protected = slices.Contains(s.Finalizers, ipamv1.FinalizerAddressProtection)
 	if ready := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); ready != nil {
 		c.reason = ready.Reason
 		if ready.Status == "True" && s.Status.CIDR != "" {
@@ -618,6 +638,7 @@ func (b *book) upsertClaim(next *claim) change {
 	}
 	old.held, old.reason, old.created, old.rv = next.held, next.reason, next.created, next.rv
 	old.generation, old.deleting, old.shown, old.status = next.generation, next.deleting, next.shown, next.status
+	old.gateway, old.protected = next.gateway, next.protected
 	b.indexClaim(s, old, true)
 	ch = ch.merge(b.refit(s, old))
 	s.noteWaiting(old)

@@ -497,6 +497,12 @@ func (c *claim) subnet() *ipamv1.Subnet {
 	if c.prefixLength >= 0 {
 		s.Spec.PrefixLength = ptr.To(int32(c.prefixLength))
 	}
+	if c.gateway != nil {
+		s.Spec.Gateway = c.gateway.String()
+	}
+	if c.protected {
+		s.Finalizers = []string{ipamv1.FinalizerAddressProtection}
+	}
 	s.Status = c.subnetStatus()
 	return s
 }

@@ -153,6 +153,10 @@ func subnetEvents(e ledger.Event) []reconcile.Request {
 	if e.Kind == statuscalc.KindSubnet && e.Type != ledger.Deleted {
 		out = append(out, request(e.Namespace, e.Name))
 	}
+	if e.Kind == ledger.KindAddress {
+		// Its Subnet's status counts the addresses in use.
+		out = append(out, request(e.Namespace, e.Subnet))
+	}
 	return out
 }
 

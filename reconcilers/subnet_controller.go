@@ -167,6 +167,7 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 
 	status := desiredSubnetStatus(&s, d)
+	status.IPAddresses = addressUsage(r.Ledger, &s)
 	if !equality.Semantic.DeepEqual(s.Status, status) {
 		before := s.DeepCopy()
 		if err := r.writeStatus(ctx, &s, status); err != nil {
@@ -233,6 +234,20 @@ func desiredSubnetStatus(s *ipamv1.Subnet, d ledger.Decision) ipamv1.SubnetStatu
 	}
 	meta.SetStatusCondition(&status.Conditions, ready)
 	return status
+}
+
+// addressUsage is what the Subnet's status shows of the addresses Cluster
+// API claims hold in it: nothing until it has held one.
+func addressUsage(l *ledger.Ledger, s *ipamv1.Subnet) *ipamv1.IPAddressUsage {
+	u, ok := l.AddressUsage(s.Namespace, s.Name, 0)
+	if !ok {
+		return nil
+	}
+	out := &ipamv1.IPAddressUsage{InUse: u.InUse, CoolingDown: u.CoolingDown, Free: "0"}
+	if u.Free != nil && u.Free.Sign() > 0 {
+		out.Free = u.Free.String()
+	}
+	return out
 }
 
 // recordTransition emits an event and metrics when the Ready reason changed.

@@ -36,6 +36,7 @@ const (
 	reasonCycle            = "cycle"
 	reasonShrink           = "shrink"
 	reasonInUse            = "in_use"
+	reasonInvalidGateway   = "invalid_gateway"
 )
 
 // verdict collects the field errors of one request and, for the metric,
@@ -162,6 +163,10 @@ func validateSubnetSpec(spec *ipamv1.SubnetSpec, namespace string, path *field.P
 		v.add(reasonPrefixBounds, field.Invalid(path.Child("prefixLength"), *spec.PrefixLength, "must be between 0 and 128"))
 	}
 	if spec.CIDR == "" {
+		if spec.Gateway != "" {
+			v.add(reasonInvalidGateway, field.Invalid(path.Child("gateway"), spec.Gateway,
+				"needs an explicit spec.cidr: the gateway of a range not allocated yet cannot be known; leave gateway out to use the range's first usable address"))
+		}
 		return v
 	}
 	p, err := validateCIDR(spec.CIDR, path.Child("cidr"))
@@ -173,6 +178,34 @@ func validateSubnetSpec(spec *ipamv1.SubnetSpec, namespace string, path *field.P
 		// recorded (a restore from a backup): they must agree.
 		v.add(reasonInvalidSpec, field.Invalid(path.Child("prefixLength"), *spec.PrefixLength,
 			fmt.Sprintf("disagrees with cidr %s: set either cidr (an explicit range) or prefixLength (a range the controller allocates); both only as the controller records an allocation (cidr a /prefixLength range)", spec.CIDR)))
+	}
+	if spec.Gateway != "" && err == nil {
+		v.merge(validateGateway(spec.Gateway, p, path.Child("gateway")))
+	}
+	return v
+}
+
+// validateGateway checks a Subnet's gateway against its range: an address
+// of the range's family, inside it, and not its network or IPv4 broadcast
+// address (which no machine answers on).
+func validateGateway(gateway string, cidr netip.Prefix, path *field.Path) verdict {
+	var v verdict
+	gw, err := netip.ParseAddr(gateway)
+	switch {
+	case err != nil || gw.Zone() != "" || gw.Is4In6():
+		v.add(reasonInvalidGateway, field.Invalid(path, gateway, "must be an IP address such as 10.0.1.1 or 2001:db8::1 (no zone, no IPv4-mapped IPv6)"))
+	case gw.Is4() != cidr.Addr().Is4():
+		v.add(reasonInvalidGateway, field.Invalid(path, gateway, fmt.Sprintf("is %s, spec.cidr %s is %s: use an address of the same family", ipspace.Family(gw), cidr, ipspace.Family(cidr.Addr()))))
+	case !cidr.Contains(gw):
+		v.add(reasonInvalidGateway, field.Invalid(path, gateway, fmt.Sprintf("is outside spec.cidr %s: the gateway is an address of the Subnet's own network", cidr)))
+	default:
+		plan := ledger.PlanAddresses(cidr, gw)
+		switch gw {
+		case plan.Network:
+			v.add(reasonInvalidGateway, field.Invalid(path, gateway, fmt.Sprintf("is the network address of %s; use a host address such as %s", cidr, plan.Network.Next())))
+		case plan.Broadcast:
+			v.add(reasonInvalidGateway, field.Invalid(path, gateway, fmt.Sprintf("is the broadcast address of %s; use a host address such as %s", cidr, plan.Network.Next())))
+		}
 	}
 	return v
 }

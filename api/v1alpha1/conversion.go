@@ -40,11 +40,13 @@ func ConvertSubnetToHub(_ context.Context, src *Subnet, dst *v1alpha2.Subnet) er
 		PoolRef:      ref,
 		CIDR:         src.Spec.CIDR,
 		PrefixLength: copyInt32(src.Spec.PrefixLength),
+		Gateway:      src.Spec.Gateway,
 	}
 	dst.Status = v1alpha2.SubnetStatus{
 		ObservedGeneration: src.Status.ObservedGeneration,
 		CIDR:               src.Status.CIDR,
 		Addresses:          src.Status.Addresses,
+		IPAddresses:        (*v1alpha2.IPAddressUsage)(src.Status.IPAddresses.DeepCopy()),
 		Conditions:         copyConditions(src.Status.Conditions),
 	}
 	return nil
@@ -58,11 +60,13 @@ func ConvertSubnetFromHub(_ context.Context, src *v1alpha2.Subnet, dst *Subnet) 
 		PoolRef:      name,
 		CIDR:         src.Spec.CIDR,
 		PrefixLength: copyInt32(src.Spec.PrefixLength),
+		Gateway:      src.Spec.Gateway,
 	}
 	dst.Status = SubnetStatus{
 		ObservedGeneration: src.Status.ObservedGeneration,
 		CIDR:               src.Status.CIDR,
 		Addresses:          src.Status.Addresses,
+		IPAddresses:        (*IPAddressUsage)(src.Status.IPAddresses.DeepCopy()),
 		Conditions:         copyConditions(src.Status.Conditions),
 	}
 	return nil

@@ -53,6 +53,20 @@ type SubnetSpec struct {
 	// +kubebuilder:validation:Maximum=128
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="prefixLength is immutable"
 	PrefixLength *int32 `json:"prefixLength,omitempty"`
+
+	// Gateway is the gateway address handed to Cluster API machines (see
+	// v1alpha2). Optional, immutable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	Gateway string `json:"gateway,omitempty"`
+}
+
+// IPAddressUsage counts the addresses Cluster API IPAddressClaims use (see
+// v1alpha2).
+type IPAddressUsage struct {
+	InUse       int64  `json:"inUse"`
+	CoolingDown int64  `json:"coolingDown"`
+	Free        string `json:"free"`
 }
 
 // SubnetStatus is what the controller decided for the claim.
@@ -71,6 +85,10 @@ type SubnetStatus struct {
 	// string (an IPv6 /64 holds 2^64).
 	// +optional
 	Addresses string `json:"addresses,omitempty"`
+
+	// IPAddresses counts the addresses handed out to Cluster API claims.
+	// +optional
+	IPAddresses *IPAddressUsage `json:"ipAddresses,omitempty"`
 
 	// Conditions: Ready, with reason Allocated when the range is held, or
 	// PoolNotFound, PoolNotReady, Overlaps, PoolExhausted, OutOfRange while

@@ -59,6 +59,9 @@ func (r PoolReference) String() string {
 // +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"
 // +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength)",message="prefixLength cannot be added or removed after creation"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || has(self.cidr)",message="cidr cannot be removed: it is the range this Subnet claims (for a prefixLength claim, the range allocated to it)"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || has(self.cidr)",message="gateway needs an explicit cidr: the gateway of a range not allocated yet cannot be known; leave gateway out to use the first usable address"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !has(self.cidr) || !isCIDR(self.cidr) || !isIP(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",message="gateway must be an address inside cidr"
+// +kubebuilder:validation:XValidation:rule="has(self.gateway) == has(oldSelf.gateway)",message="gateway cannot be added or removed after creation"
 type SubnetSpec struct {
 	// PoolRef is the SubnetPool the range is claimed from. Its namespace
 	// defaults to the Subnet's own. Immutable. The pool need not exist yet:
@@ -90,6 +93,33 @@ type SubnetSpec struct {
 	// +kubebuilder:validation:Maximum=128
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="prefixLength is immutable"
 	PrefixLength *int32 `json:"prefixLength,omitempty"`
+
+	// Gateway is the gateway address of the Subnet's network, handed to
+	// Cluster API machines with their addresses (IPAddress spec.gateway)
+	// and never handed out as a machine's address. Optional: without it
+	// the gateway is the first usable address (the network address + 1).
+	// It needs an explicit cidr, must lie inside it, and must not be the
+	// network or the IPv4 broadcast address. Immutable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address such as 10.0.1.1 or 2001:db8::1"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="gateway is immutable"
+	Gateway string `json:"gateway,omitempty"`
+}
+
+// IPAddressUsage counts the addresses of a Subnet that Cluster API
+// IPAddressClaims use (docs/cluster-api.md).
+type IPAddressUsage struct {
+	// InUse is the number of addresses held by IPAddresses.
+	InUse int64 `json:"inUse"`
+	// CoolingDown is the number of addresses released less than the
+	// cool-down ago (--address-reuse-after): not handed out again yet.
+	CoolingDown int64 `json:"coolingDown"`
+	// Free is the number of addresses that can be handed out, as a decimal
+	// string (an IPv6 /64 holds 2^64): the range's addresses less the
+	// network address, the IPv4 broadcast address, the gateway, the ones in
+	// use and the ones cooling down.
+	Free string `json:"free"`
 }
 
 // SubnetStatus is what the controller decided for the claim.
@@ -108,6 +138,11 @@ type SubnetStatus struct {
 	// string (an IPv6 /64 holds 2^64).
 	// +optional
 	Addresses string `json:"addresses,omitempty"`
+
+	// IPAddresses counts the addresses handed out from the Subnet to
+	// Cluster API IPAddressClaims; set once the Subnet has served one.
+	// +optional
+	IPAddresses *IPAddressUsage `json:"ipAddresses,omitempty"`
 
 	// Conditions: Ready, with reason Allocated when the range is held, or
 	// PoolNotFound, PoolNotReady, Overlaps, PoolExhausted, OutOfRange while
@@ -139,6 +174,9 @@ type SubnetStatus struct {
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.cidr`,priority=1
 // +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=`.status.addresses`,priority=1
+// +kubebuilder:printcolumn:name="IPs In Use",type=integer,JSONPath=`.status.ipAddresses.inUse`
+// +kubebuilder:printcolumn:name="IPs Free",type=string,JSONPath=`.status.ipAddresses.free`,priority=1
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Subnet struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -75,6 +75,10 @@ const (
 	// FinalizerPoolProtection keeps a pool while Subnets or child pools still
 	// use it, even when the admission webhook was bypassed.
 	FinalizerPoolProtection = "ipam.subnet-operator.io/pool-protection"
+	// FinalizerAddressProtection keeps a Subnet while Cluster API
+	// IPAddresses of it are in use (docs/cluster-api.md); the manager adds
+	// it with the Subnet's first address.
+	FinalizerAddressProtection = "ipam.subnet-operator.io/address-protection"
 
 	// AnnotationRecompute on a pool: changing its value forces the controller
 	// to recompute the pool's status (for example after restoring a backup).

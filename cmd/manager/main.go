@@ -33,6 +33,7 @@ import (
 
 	ipamv1alpha1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/capi"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/reconcilers"
 	"github.com/subnet-operator/subnet-operator/webhooks"
@@ -56,6 +57,9 @@ type flags struct {
 	auditInterval                                   time.Duration
 	rootPoolNamespaces                              string
 	poolAlertsLabel                                 string
+	clusterAPI                                      string
+	addressReuseAfter                               time.Duration
+	claimWorkers                                    int
 }
 
 func parseFlags() (flags, zap.Options) {
@@ -89,6 +93,9 @@ func parseFlags() (flags, zap.Options) {
 	flag.StringVar(&f.poolAlertsLabel, "pool-alerts-label", "ipam.subnet-operator.io/alerts", "SubnetPool label that, set to \"off\", opts a pool out of the per-pool alerts (the metric subnet_operator_pool_info says alerts=\"off\").")
 	flag.StringVar(&f.rootPoolNamespaces, "root-pool-namespace-selector", "", "Label selector of the namespaces where root SubnetPools (without parentRef) may be created, such as ipam.subnet-operator.io/platform=true; empty: every namespace. Admission refuses a root pool elsewhere.")
 	flag.DurationVar(&f.auditInterval, "audit-interval", 5*time.Minute, "How often the leader checks that no two Ready claims overlap and each lies inside its pool; 0 turns the audit off.")
+	flag.StringVar(&f.clusterAPI, "cluster-api-ipam", "auto", "Answer Cluster API IPAddressClaims from Subnets (docs/cluster-api.md): auto (when the API server serves ipam.cluster.x-k8s.io/v1beta2 at start), on (fail to start if it does not), off.")
+	flag.DurationVar(&f.addressReuseAfter, "address-reuse-after", time.Minute, "Cool-down of a released Cluster API address: it is handed out again only this long after its IPAddress was deleted (ARP/ND caches and DNS outlive a machine).")
+	flag.IntVar(&f.claimWorkers, "ipaddressclaim-workers", 10, "Concurrent IPAddressClaim reconciles (decisions stay serial: the ledger's decision lock).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -115,6 +122,7 @@ func run(ctx context.Context, f flags) error {
 	utilruntime.Must(ipamv1.AddToScheme(scheme))
 	// v1alpha1 only for the conversion webhook: the operator works in v1alpha2.
 	utilruntime.Must(ipamv1alpha1.AddToScheme(scheme))
+	capi.AddToScheme(scheme)
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -225,6 +233,10 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("subnetpool controller: %w", err)
 	}
 
+	if err := setupClusterAPI(mgr, l, f, common); err != nil {
+		return err
+	}
+
 	// The certificates' expiry, for the dashboard and the expiry alert. The
 	// metrics server generates its own certificate in memory when no
 	// directory is given: nothing to report then.
@@ -264,6 +276,34 @@ func run(ctx context.Context, f flags) error {
 
 	ctrl.Log.WithName("setup").Info("Starting manager", "leaderElection", f.leaderElect, "webhookPort", f.webhookPort)
 	return mgr.Start(ctx)
+}
+
+// setupClusterAPI starts the Cluster API IPAM provider if the flag and the
+// API server say so: a cluster without Cluster API starts no informer of
+// it and pays nothing.
+func setupClusterAPI(mgr ctrl.Manager, l *ledger.Ledger, f flags, common reconcilers.Options) error {
+	log := ctrl.Log.WithName("setup")
+	switch f.clusterAPI {
+	case "off":
+		log.Info("Cluster API IPAM provider off (--cluster-api-ipam=off)")
+		return nil
+	case "auto", "on":
+	default:
+		return fmt.Errorf("--cluster-api-ipam must be auto, on or off, not %q", f.clusterAPI)
+	}
+	served, clusters, err := capi.Served(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	if !served {
+		if f.clusterAPI == "on" {
+			return errors.New("--cluster-api-ipam=on, but the API server does not serve ipam.cluster.x-k8s.io/v1beta2 IPAddressClaims and IPAddresses: install Cluster API's CRDs first")
+		}
+		log.Info("Cluster API IPAM provider not started: the API server does not serve ipam.cluster.x-k8s.io/v1beta2 (restart the manager after installing Cluster API)")
+		return nil
+	}
+	log.Info("Cluster API IPAM provider on", "clusters", clusters, "addressReuseAfter", f.addressReuseAfter)
+	return capi.Setup(mgr, l, capi.Options{ReuseAfter: f.addressReuseAfter, Workers: f.claimWorkers, Timeout: common.Timeout, Clusters: clusters})
 }
 
 func withWorkers(o reconcilers.Options, workers int) reconcilers.Options {

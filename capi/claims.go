@@ -1,0 +1,524 @@
+package capi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/ledger"
+)
+
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/status,verbs=patch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddresses,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets/finalizers,verbs=update
+
+// subnetKind is the pool kind a claim names to be ours.
+const subnetKind = "Subnet"
+
+// clusterNameIndex indexes claims by the name of their Cluster.
+const clusterNameIndex = "capi.clusterName"
+
+// ours reports whether a pool reference names one of our Subnets.
+func ours(ref capiipam.IPPoolReference) bool {
+	return ref.APIGroup == ipamv1.GroupVersion.Group && ref.Kind == subnetKind && ref.Name != ""
+}
+
+// clusterName is the claim's Cluster: spec.clusterName, else the
+// cluster-name label (claims made before the field existed).
+func clusterName(c *capiipam.IPAddressClaim) string {
+	if c.Spec.ClusterName != "" {
+		return c.Spec.ClusterName
+	}
+	return c.Labels[clusterv1.ClusterNameLabel]
+}
+
+// ClaimReconciler answers IPAddressClaims of Subnets. Its requests are
+// namespace/name pairs that name a claim and, by the contract, its
+// IPAddress: one reconcile sees both, so the IPAddress's cool-down and the
+// claim's decision are never handled by two workers at once.
+type ClaimReconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Ledger    *ledger.Ledger
+	Recorder  recorder.EventRecorder
+	Options
+
+	// caughtUp is set once the ledger holds every IPAddress the API server
+	// has (catchUp), which a new leader must before its first decision.
+	caughtUpMu sync.Mutex
+	caughtUp   bool
+}
+
+// SetupWithManager registers the controller: claims of our Subnets,
+// IPAddresses (the same name), the ledger's wake-ups (an address freed, a
+// Subnet changed) and Clusters (paused or resumed).
+func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil || r.APIReader == nil || r.Ledger == nil || r.Recorder == nil {
+		return errors.New("ClaimReconciler needs a client, an API reader, a ledger and an event recorder")
+	}
+	if err := r.feed(mgr); err != nil {
+		return err
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("ipaddressclaim").
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(r.Workers, 1),
+			RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+				workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](50*time.Millisecond, 30*time.Second),
+				&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+			),
+			ReconciliationTimeout: r.Timeout,
+		}).
+		For(&capiipam.IPAddressClaim{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			c, ok := o.(*capiipam.IPAddressClaim)
+			return ok && ours(c.Spec.PoolRef)
+		}))).
+		// Same name as its claim; only our IPAddresses.
+		Watches(&capiipam.IPAddress{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			a, ok := o.(*capiipam.IPAddress)
+			return ok && ours(a.Spec.PoolRef)
+		}))).
+		WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			unsubscribe := r.Ledger.Subscribe(func(e ledger.Event) {
+				for _, w := range e.Wake {
+					if w.Kind == ledger.KindAddressClaim {
+						q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: w.Namespace, Name: w.Name}})
+					}
+				}
+			})
+			go func() {
+				<-ctx.Done()
+				unsubscribe()
+			}()
+			return nil
+		}))
+	if r.Clusters {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &capiipam.IPAddressClaim{}, clusterNameIndex, func(o client.Object) []string {
+			if c, ok := o.(*capiipam.IPAddressClaim); ok && ours(c.Spec.PoolRef) && clusterName(c) != "" {
+				return []string{clusterName(c)}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		b = b.Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfCluster),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+				return paused(e.ObjectOld) != paused(e.ObjectNew)
+			}}))
+	}
+	return b.Complete(r)
+}
+
+// paused reports whether a Cluster is paused: spec.paused, or the paused
+// annotation.
+func paused(o client.Object) bool {
+	if _, ok := o.GetAnnotations()[clusterv1.PausedAnnotation]; ok {
+		return true
+	}
+	c, ok := o.(*clusterv1.Cluster)
+	return ok && ptr.Deref(c.Spec.Paused, false)
+}
+
+// claimsOfCluster maps a Cluster to its claims of our Subnets.
+func (r *ClaimReconciler) claimsOfCluster(ctx context.Context, o client.Object) []reconcile.Request {
+	var claims capiipam.IPAddressClaimList
+	if err := r.Client.List(ctx, &claims, client.InNamespace(o.GetNamespace()), client.MatchingFields{clusterNameIndex: o.GetName()}); err != nil {
+		logf.FromContext(ctx).Error(err, "listing the claims of a Cluster", "cluster", client.ObjectKeyFromObject(o))
+		return nil
+	}
+	out := make([]reconcile.Request, len(claims.Items))
+	for i := range claims.Items {
+		out[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])}
+	}
+	return out
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if err := r.catchUp(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	var result reconcile.Result
+	addr := &capiipam.IPAddress{}
+	if err := r.Client.Get(ctx, req.NamespacedName, addr); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return result, err
+		}
+		addr = nil
+	} else if !ours(addr.Spec.PoolRef) {
+		addr = nil
+	}
+	if addr != nil && addr.DeletionTimestamp != nil {
+		// Released: it keeps its address for the cool-down, then goes.
+		left := time.Until(addr.DeletionTimestamp.Add(r.ReuseAfter))
+		if left > 0 {
+			result.RequeueAfter = left
+		} else if err := r.removeFinalizer(ctx, addr, FinalizerProtectAddress); err != nil {
+			return result, err
+		}
+	}
+
+	claim := &capiipam.IPAddressClaim{}
+	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return result, err
+		}
+		r.Ledger.StopWaiting(req.Namespace, req.Name)
+		// An IPAddress whose claim is gone (deleted around us) is released
+		// as the claim's deletion would have.
+		if addr != nil && addr.DeletionTimestamp == nil && orphaned(ctx, r.APIReader, addr) {
+			return result, r.release(ctx, addr)
+		}
+		return result, nil
+	}
+	if !ours(claim.Spec.PoolRef) {
+		r.Ledger.StopWaiting(req.Namespace, req.Name)
+		return result, nil
+	}
+	if p, err := r.isPaused(ctx, claim); err != nil || p {
+		return result, err // a paused Cluster's claims are left alone, deletion included
+	}
+	if claim.DeletionTimestamp != nil {
+		return result, r.releaseClaim(ctx, claim)
+	}
+	if r.clusterMissing(ctx, claim) {
+		return result, nil
+	}
+	if !controllerutil.ContainsFinalizer(claim, FinalizerReleaseAddress) {
+		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(claim, FinalizerReleaseAddress)
+		if err := r.Client.Patch(ctx, claim, patch); err != nil {
+			return result, client.IgnoreNotFound(err)
+		}
+	}
+	if addr != nil && addr.DeletionTimestamp == nil && ownedBy(addr, claim.UID) {
+		// The informer shows its IPAddress: the claim is bound.
+		return result, r.bind(ctx, claim, addr.Name)
+	}
+
+	subnet := claim.Spec.PoolRef.Name
+	d := r.Ledger.DecideAddress(claim.Namespace, claim.Name, claim.UID, subnet)
+	if d.Reason != "" {
+		return result, r.refuse(ctx, claim, d)
+	}
+	if d.Assumed {
+		if err := r.write(ctx, claim, d); err != nil {
+			return result, err
+		}
+		if !d.Granted.IsZero() {
+			grantLatency.Observe(time.Since(d.Granted).Seconds())
+		}
+	}
+	if err := r.bind(ctx, claim, claim.Name); err != nil {
+		return result, err
+	}
+	if d.Assumed {
+		boundLatency.Observe(time.Since(claim.CreationTimestamp.Time).Seconds())
+		addressGrants.Inc()
+	}
+	return result, nil
+}
+
+// catchUp loads every IPAddress the API server has into the ledger, once,
+// before the first decision: the informer of a replica that was standing
+// by may lag behind the IPAddresses its predecessor wrote, and a decision
+// on that view could hand out an address twice. Afterwards this leader is
+// the only writer, and its own grants are in the ledger as it makes them.
+func (r *ClaimReconciler) catchUp(ctx context.Context) error {
+	r.caughtUpMu.Lock()
+	defer r.caughtUpMu.Unlock()
+	if r.caughtUp {
+		return nil
+	}
+	var list capiipam.IPAddressList
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		return fmt.Errorf("catching up with the IPAddresses: %w", err)
+	}
+	for i := range list.Items {
+		if rec, ok := record(&list.Items[i]); ok {
+			r.Ledger.ApplyAddress(rec, ledger.Updated)
+		}
+	}
+	r.caughtUp = true
+	return nil
+}
+
+// clusterMissing: the claim names a Cluster that does not exist. The
+// contract leaves such a claim alone (until the Cluster appears) unless
+// it is being deleted.
+func (r *ClaimReconciler) clusterMissing(ctx context.Context, claim *capiipam.IPAddressClaim) bool {
+	name := clusterName(claim)
+	if !r.Clusters || name == "" {
+		return false
+	}
+	var c clusterv1.Cluster
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, &c)
+	return apierrors.IsNotFound(err)
+}
+
+// paused reports whether the claim, or its Cluster, is paused.
+func (r *ClaimReconciler) isPaused(ctx context.Context, claim *capiipam.IPAddressClaim) (bool, error) {
+	if _, ok := claim.Annotations[clusterv1.PausedAnnotation]; ok {
+		return true, nil
+	}
+	name := clusterName(claim)
+	if !r.Clusters || name == "" {
+		return false, nil
+	}
+	var c clusterv1.Cluster
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, &c); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return paused(&c), nil
+}
+
+// refuse writes why the claim holds no address.
+func (r *ClaimReconciler) refuse(ctx context.Context, claim *capiipam.IPAddressClaim, d ledger.AddressDecision) error {
+	before := claim.DeepCopy()
+	was := meta.FindStatusCondition(claim.Status.Conditions, capiipam.IPAddressClaimReadyCondition)
+	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{
+		Type: capiipam.IPAddressClaimReadyCondition, Status: metav1.ConditionFalse,
+		Reason: d.Reason, Message: d.Message, ObservedGeneration: claim.Generation,
+	})
+	if equalStatus(before, claim) {
+		return nil
+	}
+	if was == nil || was.Reason != d.Reason {
+		refusals.WithLabelValues(d.Reason).Inc()
+		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, d.Reason, "Allocate", "%s", d.Message)
+	}
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, claim, client.MergeFrom(before)))
+}
+
+// bind records in the claim's status that it holds the IPAddress name.
+func (r *ClaimReconciler) bind(ctx context.Context, claim *capiipam.IPAddressClaim, name string) error {
+	before := claim.DeepCopy()
+	claim.Status.AddressRef = capiipam.IPAddressReference{Name: name}
+	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{
+		Type: capiipam.IPAddressClaimReadyCondition, Status: metav1.ConditionTrue,
+		Reason: clusterv1.ReadyReason, Message: "IPAddress " + name + " holds the claim's address", ObservedGeneration: claim.Generation,
+	})
+	if equalStatus(before, claim) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, claim, client.MergeFrom(before)))
+}
+
+func equalStatus(a, b *capiipam.IPAddressClaim) bool {
+	if a.Status.AddressRef != b.Status.AddressRef || len(a.Status.Conditions) != len(b.Status.Conditions) {
+		return false
+	}
+	for i := range a.Status.Conditions {
+		x, y := a.Status.Conditions[i], b.Status.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}
+
+// write creates the IPAddress of a grant. The Subnet is protected first
+// (its finalizer), so that it cannot go while the address is in use.
+func (r *ClaimReconciler) write(ctx context.Context, claim *capiipam.IPAddressClaim, d ledger.AddressDecision) error {
+	subnet, err := r.protect(ctx, claim.Namespace, claim.Spec.PoolRef.Name)
+	if err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			// Gone or being deleted: the next decision says so.
+			r.Ledger.ForgetAddress(claim.Namespace, claim.Name, claim.UID, claim.Spec.PoolRef.Name, d.Address)
+		}
+		return err
+	}
+	addr := &capiipam.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: claim.Namespace, Name: claim.Name,
+			Finalizers: []string{FinalizerProtectAddress},
+			OwnerReferences: []metav1.OwnerReference{
+				{APIVersion: capiipam.GroupVersion.String(), Kind: "IPAddressClaim", Name: claim.Name, UID: claim.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)},
+				{APIVersion: ipamv1.GroupVersion.String(), Kind: subnetKind, Name: subnet.Name, UID: subnet.UID, BlockOwnerDeletion: ptr.To(true)},
+			},
+		},
+		Spec: capiipam.IPAddressSpec{
+			ClaimRef: capiipam.IPAddressClaimReference{Name: claim.Name},
+			PoolRef:  claim.Spec.PoolRef,
+			Address:  d.Address.String(),
+			Prefix:   ptr.To(int32(d.Prefix)),
+			Gateway:  d.Gateway.String(),
+		},
+	}
+	if name := clusterName(claim); name != "" {
+		addr.Labels = map[string]string{clusterv1.ClusterNameLabel: name}
+	}
+	err = r.Client.Create(ctx, addr)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		// Written before (a retried grant whose first write landed), or an
+		// IPAddress of an earlier claim of this name: read which.
+		var found capiipam.IPAddress
+		if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(addr), &found); gerr != nil {
+			return gerr
+		}
+		if ownedBy(&found, claim.UID) && found.Spec.Address == addr.Spec.Address && found.DeletionTimestamp == nil {
+			return nil
+		}
+		r.Ledger.ForgetAddress(claim.Namespace, claim.Name, claim.UID, claim.Spec.PoolRef.Name, d.Address)
+		if rec, ok := record(&found); ok {
+			r.Ledger.ApplyAddress(rec, ledger.Updated)
+		}
+		return fmt.Errorf("IPAddress %s exists and is not this claim's", addr.Name)
+	case apierrors.IsNotFound(err), apierrors.IsInvalid(err), apierrors.IsForbidden(err):
+		// Refused for good (the namespace is going, Cluster API's
+		// admission refused it): the address is free again.
+		r.Ledger.ForgetAddress(claim.Namespace, claim.Name, claim.UID, claim.Spec.PoolRef.Name, d.Address)
+		return err
+	}
+	return err // may have landed: stays assumed, the retry writes the same
+}
+
+// protect adds the address-protection finalizer to the Subnet, if the
+// ledger does not show it yet, and returns the Subnet's name and UID.
+func (r *ClaimReconciler) protect(ctx context.Context, namespace, name string) (*metav1.ObjectMeta, error) {
+	s, ok := r.Ledger.Subnet(namespace, name)
+	if !ok {
+		return nil, apierrors.NewNotFound(ipamv1.GroupVersion.WithResource("subnets").GroupResource(), name)
+	}
+	if controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection) {
+		return &s.ObjectMeta, nil
+	}
+	var live ipamv1.Subnet
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &live); err != nil {
+		return nil, err
+	}
+	if live.UID != s.UID {
+		return nil, apierrors.NewConflict(ipamv1.GroupVersion.WithResource("subnets").GroupResource(), name, errors.New("replaced since the decision"))
+	}
+	if live.DeletionTimestamp != nil {
+		return nil, apierrors.NewForbidden(ipamv1.GroupVersion.WithResource("subnets").GroupResource(), name, errors.New("being deleted"))
+	}
+	if !controllerutil.ContainsFinalizer(&live, ipamv1.FinalizerAddressProtection) {
+		patch := client.MergeFromWithOptions(live.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(&live, ipamv1.FinalizerAddressProtection)
+		if err := r.Client.Patch(ctx, &live, patch); err != nil {
+			return nil, err
+		}
+	}
+	return &live.ObjectMeta, nil
+}
+
+// releaseClaim releases a deleted claim's address: its IPAddress is
+// deleted (and kept, terminating, for the cool-down), then the claim's
+// finalizer goes. The IPAddress is read from the API server, not the
+// cache: one written a moment ago must not be missed.
+func (r *ClaimReconciler) releaseClaim(ctx context.Context, claim *capiipam.IPAddressClaim) error {
+	r.Ledger.StopWaiting(claim.Namespace, claim.Name)
+	if !controllerutil.ContainsFinalizer(claim, FinalizerReleaseAddress) {
+		return nil
+	}
+	var addr capiipam.IPAddress
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(claim), &addr)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Never written: withdraw any grant.
+		r.Ledger.ForgetAddress(claim.Namespace, claim.Name, claim.UID, claim.Spec.PoolRef.Name, netip.Addr{})
+	case err != nil:
+		return err
+	case ownedBy(&addr, claim.UID) && addr.DeletionTimestamp == nil:
+		if err := r.release(ctx, &addr); err != nil {
+			return err
+		}
+	}
+	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(claim, FinalizerReleaseAddress)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, claim, patch))
+}
+
+// release deletes an IPAddress; its finalizer keeps it for the cool-down.
+func (r *ClaimReconciler) release(ctx context.Context, addr *capiipam.IPAddress) error {
+	err := r.Client.Delete(ctx, addr, client.Preconditions{UID: &addr.UID})
+	if err == nil {
+		addressReleases.Inc()
+		logf.FromContext(ctx).V(1).Info("Address released", "ipaddress", client.ObjectKeyFromObject(addr), "address", addr.Spec.Address)
+	}
+	return client.IgnoreNotFound(err)
+}
+
+// removeFinalizer removes one of the IPAddress's finalizers.
+func (r *ClaimReconciler) removeFinalizer(ctx context.Context, addr *capiipam.IPAddress, finalizer string) error {
+	if !controllerutil.ContainsFinalizer(addr, finalizer) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(addr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(addr, finalizer)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, addr, patch))
+}
+
+// ownedBy reports whether the IPAddress belongs to the claim with this UID.
+func ownedBy(a *capiipam.IPAddress, claimUID types.UID) bool {
+	owner := metav1.GetControllerOf(a)
+	return owner != nil && owner.UID == claimUID
+}
+
+// orphaned reports whether the IPAddress's claim is gone, read from the
+// API server: the cache may not show a claim created a moment ago.
+func orphaned(ctx context.Context, reader client.Reader, a *capiipam.IPAddress) bool {
+	owner := metav1.GetControllerOf(a)
+	if owner == nil {
+		return false
+	}
+	var c capiipam.IPAddressClaim
+	err := reader.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: owner.Name}, &c)
+	return apierrors.IsNotFound(err) || (err == nil && c.UID != owner.UID)
+}
+
+// record is what the ledger keeps of one of our IPAddresses.
+func record(a *capiipam.IPAddress) (ledger.AddressRecord, bool) {
+	if !ours(a.Spec.PoolRef) {
+		return ledger.AddressRecord{}, false
+	}
+	addr, err := netip.ParseAddr(a.Spec.Address)
+	if err != nil {
+		return ledger.AddressRecord{}, false
+	}
+	rec := ledger.AddressRecord{
+		Namespace: a.Namespace, Name: a.Name, UID: a.UID, ResourceVersion: a.ResourceVersion,
+		Subnet: a.Spec.PoolRef.Name, Address: addr.Unmap(),
+	}
+	if owner := metav1.GetControllerOf(a); owner != nil {
+		rec.ClaimUID = owner.UID
+	}
+	if a.DeletionTimestamp != nil {
+		rec.Releasing = a.DeletionTimestamp.Time
+	}
+	return rec, true
+}

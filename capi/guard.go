@@ -1,0 +1,111 @@
+package capi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/ledger"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// SubnetGuard keeps a Subnet that is being deleted while IPAddresses of it
+// are in use: its address-protection finalizer (added with the first
+// address) goes only when none is. Addresses cooling down do not hold it:
+// their machines are gone.
+type SubnetGuard struct {
+	Client    client.Client
+	APIReader client.Reader
+	Ledger    *ledger.Ledger
+	Recorder  recorder.EventRecorder
+	// Claims is the claim controller, whose catch-up the guard shares: an
+	// address written by the last leader must count before a finalizer
+	// goes.
+	Claims *ClaimReconciler
+}
+
+// SetupWithManager registers the guard: its requests are Subnets, from the
+// ledger's Subnet and IPAddress events, and at start every protected
+// Subnet being deleted.
+func (g *SubnetGuard) SetupWithManager(mgr ctrl.Manager) error {
+	if g.Client == nil || g.APIReader == nil || g.Ledger == nil || g.Recorder == nil || g.Claims == nil {
+		return errors.New("SubnetGuard needs a client, an API reader, a ledger, an event recorder and the claim controller")
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("subnet-address-guard").
+		WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			unsubscribe := g.Ledger.Subscribe(func(e ledger.Event) {
+				switch e.Kind {
+				case statuscalc.KindSubnet:
+					// Only a protected Subnet being deleted has anything to do.
+					if s, ok := e.Object.(*ipamv1.Subnet); ok && s.DeletionTimestamp != nil && controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection) {
+						q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.Namespace, Name: e.Name}})
+					}
+				case ledger.KindAddress:
+					q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.Namespace, Name: e.Subnet}})
+				}
+			})
+			go func() {
+				<-ctx.Done()
+				unsubscribe()
+			}()
+			go func() {
+				if g.Ledger.WaitForSync(ctx) != nil {
+					return
+				}
+				for _, s := range g.Ledger.ProtectedSubnets() {
+					q.Add(reconcile.Request{NamespacedName: s})
+				}
+			}()
+			return nil
+		})).
+		Complete(g)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	s, ok := g.Ledger.Subnet(req.Namespace, req.Name)
+	if !ok || s.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection) {
+		return reconcile.Result{}, nil
+	}
+	if err := g.Claims.catchUp(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	const named = 5
+	if u, ok := g.Ledger.AddressUsage(req.Namespace, req.Name, named); ok && u.InUse > 0 {
+		who := strings.Join(u.Holders, ", ")
+		if u.InUse > int64(len(u.Holders)) {
+			who += fmt.Sprintf(" and %d more", u.InUse-int64(len(u.Holders)))
+		}
+		g.Recorder.Eventf(s, nil, corev1.EventTypeWarning, "AddressesInUse", "Delete",
+			"deletion waits until no IPAddress of this Subnet is in use: %d held by IPAddressClaims %s", u.InUse, who)
+		return reconcile.Result{}, nil // an address's release requeues it
+	}
+	var live ipamv1.Subnet
+	if err := g.APIReader.Get(ctx, req.NamespacedName, &live); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if live.UID != s.UID || !controllerutil.ContainsFinalizer(&live, ipamv1.FinalizerAddressProtection) {
+		return reconcile.Result{}, nil
+	}
+	patch := client.MergeFromWithOptions(live.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(&live, ipamv1.FinalizerAddressProtection)
+	if err := g.Client.Patch(ctx, &live, patch); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	logf.FromContext(ctx).Info("Subnet released: no address of it is in use", "subnet", req.NamespacedName)
+	return reconcile.Result{}, nil
+}

@@ -1,0 +1,519 @@
+package ledger
+
+import (
+	"fmt"
+	"math/big"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/ipspace"
+	"github.com/subnet-operator/subnet-operator/statuscalc"
+)
+
+// Addresses in a Subnet: the single addresses that Cluster API
+// IPAddressClaims get from a Subnet (package capi), decided here under the
+// same decision lock as every range. A Subnet's addresses are an overlap
+// domain of their own (no other claim overlaps a Ready Subnet's range), so
+// they get a book of their own beside the slots: one entry per address
+// held, keyed by the IPAddress's name (the claim's: the contract gives an
+// IPAddress its claim's name).
+//
+// The record is the IPAddress objects, delivered by an informer
+// (ApplyAddress, DeleteAddress); a grant is assumed, as a range is, until
+// the informer shows its IPAddress. A released address stays held while its
+// IPAddress is terminating: package capi keeps it so for the cool-down
+// with a finalizer, so the cool-down survives restarts and hand-overs.
+
+// KindAddressClaim is the Kind of the wake-ups for IPAddressClaims (in
+// Event.Wake) and of the events about IPAddresses.
+const (
+	KindAddressClaim = "IPAddressClaim"
+	KindAddress      = "IPAddress"
+)
+
+// AddressRecord is what the ledger keeps of an IPAddress that a Subnet
+// handed out.
+type AddressRecord struct {
+	Namespace, Name string
+	UID             types.UID
+	// ResourceVersion orders updates: an older one is ignored.
+	ResourceVersion string
+	// Subnet is the Subnet (in Namespace) the address is from: spec.poolRef.
+	Subnet  string
+	Address netip.Addr
+	// ClaimUID is the UID of the claim the address was handed to (its
+	// controller owner reference).
+	ClaimUID types.UID
+	// Releasing is when the IPAddress was deleted (its deletionTimestamp);
+	// zero while it is in use.
+	Releasing time.Time
+}
+
+// heldAddress is one address held in a Subnet: by an IPAddress (object) or
+// by a grant not shown by the informer yet (assumed).
+type heldAddress struct {
+	rec     AddressRecord
+	object  bool
+	granted time.Time // when an assumed grant was made (for the claim's latency metric)
+}
+
+// subnetAddresses is the book of one Subnet's addresses.
+type subnetAddresses struct {
+	// byName holds every address held, by IPAddress (claim) name.
+	byName map[string]*heldAddress
+	// byAddr names the holder of each address. Two holders of one address
+	// happen only if the arbiter was bypassed (a hand-written IPAddress);
+	// the address stays held while either exists.
+	byAddr map[netip.Addr]string
+	// below: every address lower than it is held or reserved (the next
+	// search starts there), so handing out n addresses costs O(n), not
+	// O(n²).
+	below netip.Addr
+	// waiting holds the claims (by name) that asked and got nothing: the
+	// claims to wake when an address is freed or the Subnet changes.
+	waiting map[string]struct{}
+}
+
+// addressBook is every Subnet's addresses, by the Subnet's claimID.
+type addressBook map[claimID]*subnetAddresses
+
+func (ab addressBook) of(id claimID) *subnetAddresses {
+	sa := ab[id]
+	if sa == nil {
+		sa = &subnetAddresses{byName: map[string]*heldAddress{}, byAddr: map[netip.Addr]string{}, waiting: map[string]struct{}{}}
+		ab[id] = sa
+	}
+	return sa
+}
+
+func (ab addressBook) dropIfEmpty(id claimID) {
+	if sa := ab[id]; sa != nil && len(sa.byName) == 0 && len(sa.waiting) == 0 {
+		delete(ab, id)
+	}
+}
+
+func (sa *subnetAddresses) hold(h *heldAddress) {
+	sa.byName[h.rec.Name] = h
+	if _, taken := sa.byAddr[h.rec.Address]; !taken {
+		sa.byAddr[h.rec.Address] = h.rec.Name
+	}
+}
+
+func (sa *subnetAddresses) drop(name string) {
+	h := sa.byName[name]
+	if h == nil {
+		return
+	}
+	delete(sa.byName, name)
+	if sa.byAddr[h.rec.Address] != name {
+		return
+	}
+	delete(sa.byAddr, h.rec.Address)
+	// Another holder of the same address (a bypassed arbiter) keeps it.
+	for other, o := range sa.byName {
+		if o.rec.Address == h.rec.Address {
+			sa.byAddr[h.rec.Address] = other
+			return
+		}
+	}
+	if sa.below.IsValid() && h.rec.Address.Less(sa.below) {
+		sa.below = h.rec.Address
+	}
+}
+
+// AddressPlan is what a Subnet's range offers to machines: the range, its
+// gateway, and the addresses never handed out.
+type AddressPlan struct {
+	CIDR    netip.Prefix
+	Gateway netip.Addr
+	// Network and Broadcast are the IPv4 network and broadcast addresses of
+	// a range of /30 or wider, and the IPv6 Subnet-Router anycast address
+	// (the network address) of a /126 or wider; invalid otherwise.
+	Network, Broadcast netip.Addr
+}
+
+// PlanAddresses returns the plan of a range with an optional gateway (the
+// Subnet's spec.gateway; invalid: the first usable address).
+func PlanAddresses(cidr netip.Prefix, gateway netip.Addr) AddressPlan {
+	cidr = cidr.Masked()
+	p := AddressPlan{CIDR: cidr, Gateway: gateway}
+	first := cidr.Addr()
+	hostBits := cidr.Addr().BitLen() - cidr.Bits()
+	if hostBits >= 2 {
+		p.Network = first
+		first = first.Next()
+		if cidr.Addr().Is4() {
+			p.Broadcast = lastAddr(cidr)
+		}
+	}
+	if !p.Gateway.IsValid() {
+		p.Gateway = first
+	}
+	return p
+}
+
+// reserved reports whether a is never handed out.
+func (p AddressPlan) reserved(a netip.Addr) bool {
+	return a == p.Network || a == p.Broadcast || a == p.Gateway
+}
+
+// Usable is the number of addresses that can be handed out at all.
+func (p AddressPlan) Usable() *big.Int {
+	n := ipspace.AddressCount(p.CIDR)
+	for _, a := range []netip.Addr{p.Network, p.Broadcast} {
+		if a.IsValid() {
+			n.Sub(n, big.NewInt(1))
+		}
+	}
+	if p.Gateway != p.Network && p.Gateway != p.Broadcast && p.CIDR.Contains(p.Gateway) {
+		n.Sub(n, big.NewInt(1))
+	}
+	return n
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// AddressDecision is the arbiter's verdict on an IPAddressClaim.
+type AddressDecision struct {
+	// Reason is empty when the claim holds Address, else the claim's Ready
+	// reason in the Cluster API contract: PoolNotReady, PoolExhausted or
+	// AllocationFailed.
+	Reason  string
+	Message string
+	// Address, Prefix and Gateway are what the IPAddress says.
+	Address netip.Addr
+	Prefix  int
+	Gateway netip.Addr
+	// Assumed: granted now, or earlier, and not shown by the informer yet.
+	// The caller writes the IPAddress; if that fails for good, it calls
+	// ForgetAddress.
+	Assumed bool
+	// Granted is when the grant was made (zero if the informer showed the
+	// IPAddress before this replica granted it).
+	Granted time.Time
+}
+
+// Reasons of an address decision (the Cluster API contract's).
+const (
+	AddressPoolNotReady     = "PoolNotReady"
+	AddressPoolExhausted    = "PoolExhausted"
+	AddressAllocationFailed = "AllocationFailed"
+)
+
+// DecideAddress decides the IPAddressClaim namespace/name (UID claimUID)
+// that asks Subnet namespace/subnet for an address: the address its
+// IPAddress holds, else the lowest free one. The Subnet must be Ready and
+// not being deleted. The network, broadcast and gateway addresses, every
+// address held and every address cooling down (its IPAddress terminating)
+// are never handed out.
+func (l *Ledger) DecideAddress(namespace, name string, claimUID types.UID, subnet string) AddressDecision {
+	sid := idOf(namespace, SubnetKey(subnet))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := &l.b
+	sa := b.addresses.of(sid)
+	d := b.decideAddress(sa, sid, name, claimUID)
+	if d.Reason != "" {
+		sa.waiting[name] = struct{}{}
+	} else {
+		delete(sa.waiting, name)
+	}
+	return d
+}
+
+func (b *book) decideAddress(sa *subnetAddresses, sid claimID, name string, claimUID types.UID) AddressDecision {
+	subnetName := sid.key().Name()
+	if h := sa.byName[name]; h != nil {
+		switch {
+		case !h.rec.Releasing.IsZero():
+			return AddressDecision{Reason: AddressAllocationFailed, Message: fmt.Sprintf(
+				"the IPAddress %s of an earlier claim of this name still holds %s until its cool-down ends; the claim gets an address then",
+				name, h.rec.Address)}
+		case h.rec.ClaimUID != claimUID:
+			return AddressDecision{Reason: AddressAllocationFailed, Message: fmt.Sprintf(
+				"the IPAddress %s belongs to another claim of this name (UID %s); it is released first", name, h.rec.ClaimUID)}
+		}
+	}
+	c := b.claim(sid)
+	switch {
+	case c == nil:
+		return AddressDecision{Reason: AddressPoolNotReady, Message: fmt.Sprintf("Subnet %s does not exist", subnetName)}
+	case c.deleting:
+		return AddressDecision{Reason: AddressPoolNotReady, Message: fmt.Sprintf("Subnet %s is being deleted", subnetName)}
+	case !c.held.IsValid():
+		reason := c.reason
+		if reason == "" {
+			reason = ipamv1.ReasonPending
+		}
+		return AddressDecision{Reason: AddressPoolNotReady, Message: fmt.Sprintf("Subnet %s is not Ready (%s)", subnetName, reason)}
+	}
+	plan := PlanAddresses(c.held, c.gatewayAddr())
+	if h := sa.byName[name]; h != nil {
+		return AddressDecision{Address: h.rec.Address, Prefix: plan.CIDR.Bits(), Gateway: plan.Gateway, Assumed: !h.object, Granted: h.granted}
+	}
+	addr, ok := sa.lowestFree(plan)
+	if !ok {
+		cooling := 0
+		for _, h := range sa.byName {
+			if !h.rec.Releasing.IsZero() {
+				cooling++
+			}
+		}
+		msg := fmt.Sprintf("Subnet %s (%s) has no free address: %d in use", subnetName, plan.CIDR, len(sa.byName)-cooling)
+		if cooling > 0 {
+			msg += fmt.Sprintf(", %d released and cooling down", cooling)
+		}
+		return AddressDecision{Reason: AddressPoolExhausted, Message: msg}
+	}
+	now := time.Now()
+	sa.hold(&heldAddress{rec: AddressRecord{Namespace: sid.namespace(), Name: name, Subnet: subnetName, Address: addr, ClaimUID: claimUID}, granted: now})
+	return AddressDecision{Address: addr, Prefix: plan.CIDR.Bits(), Gateway: plan.Gateway, Assumed: true, Granted: now}
+}
+
+// lowestFree returns the lowest address of the plan's range that is neither
+// reserved nor held.
+func (sa *subnetAddresses) lowestFree(plan AddressPlan) (netip.Addr, bool) {
+	a := plan.CIDR.Addr()
+	if sa.below.IsValid() && plan.CIDR.Contains(sa.below) {
+		a = sa.below
+	}
+	for ; a.IsValid() && plan.CIDR.Contains(a); a = a.Next() {
+		if plan.reserved(a) {
+			continue
+		}
+		if _, taken := sa.byAddr[a]; taken {
+			continue
+		}
+		sa.below = a
+		return a, true
+	}
+	sa.below = netip.Addr{}
+	if a.IsValid() {
+		sa.below = a // one past the range: full until an address is dropped
+	}
+	return netip.Addr{}, false
+}
+
+// ForgetAddress withdraws an assumed grant whose IPAddress could not be
+// written (the claim is gone, the write refused); the address is free
+// again. An invalid addr withdraws whatever the claim was granted.
+func (l *Ledger) ForgetAddress(namespace, name string, claimUID types.UID, subnet string, addr netip.Addr) {
+	sid := idOf(namespace, SubnetKey(subnet))
+	l.mu.Lock()
+	sa := l.b.addresses[sid]
+	if sa == nil {
+		l.mu.Unlock()
+		return
+	}
+	if h := sa.byName[name]; h != nil && !h.object && h.rec.ClaimUID == claimUID && (!addr.IsValid() || h.rec.Address == addr) {
+		sa.drop(name)
+	}
+	l.b.addresses.dropIfEmpty(sid)
+	l.mu.Unlock()
+}
+
+// StopWaiting forgets a claim that waited for an address (it was deleted,
+// or it is no longer ours). It looks in every Subnet of the namespace that
+// has addresses: few, and only a claim's deletion asks.
+func (l *Ledger) StopWaiting(namespace, name string) {
+	l.mu.Lock()
+	for sid, sa := range l.b.addresses {
+		if sid.namespace() == namespace {
+			delete(sa.waiting, name)
+			l.b.addresses.dropIfEmpty(sid)
+		}
+	}
+	l.mu.Unlock()
+}
+
+// ApplyAddress records an IPAddress that a Subnet handed out, as the
+// informer (or a catch-up read) shows it. An update older than what the
+// ledger has is ignored.
+func (l *Ledger) ApplyAddress(rec AddressRecord, typ EventType) {
+	sid := idOf(rec.Namespace, SubnetKey(rec.Subnet))
+	l.mu.Lock()
+	sa := l.b.addresses.of(sid)
+	prev := sa.byName[rec.Name]
+	if prev != nil && prev.object && prev.rec.UID == rec.UID && !newer(rec.ResourceVersion, prev.rec.ResourceVersion) {
+		l.mu.Unlock()
+		return
+	}
+	var wake []string
+	granted := time.Time{}
+	if prev != nil {
+		if !prev.object {
+			granted = prev.granted
+		}
+		if prev.rec.Address != rec.Address || prev.rec.Releasing.IsZero() != rec.Releasing.IsZero() {
+			wake = sa.wakeAll()
+		}
+		sa.drop(rec.Name)
+	}
+	sa.hold(&heldAddress{rec: rec, object: true, granted: granted})
+	l.mu.Unlock()
+	l.publishAddress(typ, rec, wake)
+}
+
+// DeleteAddress records that an IPAddress is gone: its address is free.
+func (l *Ledger) DeleteAddress(rec AddressRecord) {
+	sid := idOf(rec.Namespace, SubnetKey(rec.Subnet))
+	l.mu.Lock()
+	sa := l.b.addresses[sid]
+	var wake []string
+	if sa != nil {
+		if h := sa.byName[rec.Name]; h != nil && h.object && (rec.UID == "" || h.rec.UID == rec.UID) {
+			sa.drop(rec.Name)
+			wake = sa.wakeAll()
+		}
+		l.b.addresses.dropIfEmpty(sid)
+	}
+	l.mu.Unlock()
+	l.publishAddress(Deleted, rec, wake)
+}
+
+// wakeAll returns the waiting claims' names (they stay waiting until
+// decided).
+func (sa *subnetAddresses) wakeAll() []string {
+	out := make([]string, 0, len(sa.waiting))
+	for name := range sa.waiting {
+		out = append(out, name)
+	}
+	return out
+}
+
+// addressWaiters returns the claims waiting on the Subnet id, to wake
+// when the Subnet changed. The caller holds the lock.
+func (b *book) addressWaiters(id claimID) []string {
+	if sa := b.addresses[id]; sa != nil {
+		return sa.wakeAll()
+	}
+	return nil
+}
+
+func (l *Ledger) publishAddress(typ EventType, rec AddressRecord, wake []string) {
+	ev := Event{Type: typ, Kind: KindAddress, Namespace: rec.Namespace, Name: rec.Name, Subnet: rec.Subnet}
+	ev.Wake = claimRefs(rec.Namespace, append(wake, rec.Name))
+	l.publish(ev)
+}
+
+// claimRefs names IPAddressClaims of one namespace as wake-ups.
+func claimRefs(namespace string, names []string) []statuscalc.ClaimRef {
+	slices.Sort(names)
+	names = slices.Compact(names)
+	out := make([]statuscalc.ClaimRef, len(names))
+	for i, n := range names {
+		out[i] = statuscalc.ClaimRef{Kind: KindAddressClaim, Namespace: namespace, Name: n}
+	}
+	return out
+}
+
+// AddressUsage is what a Subnet's addresses show in its status.
+type AddressUsage struct {
+	InUse, CoolingDown int64
+	// Free is what can still be handed out; nil while the Subnet holds no
+	// range.
+	Free *big.Int
+	// Holders names up to a few claims that hold addresses, in name order.
+	Holders []string
+}
+
+// AddressUsage returns the Subnet's address counts; false if no address
+// was ever held in it (nothing to show).
+func (l *Ledger) AddressUsage(namespace, subnet string, holders int) (AddressUsage, bool) {
+	sid := idOf(namespace, SubnetKey(subnet))
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	sa := l.b.addresses[sid]
+	if sa == nil || len(sa.byName) == 0 {
+		return AddressUsage{}, false
+	}
+	var u AddressUsage
+	var names []string
+	for name, h := range sa.byName {
+		if h.rec.Releasing.IsZero() {
+			u.InUse++
+			names = append(names, name)
+		} else {
+			u.CoolingDown++
+		}
+	}
+	slices.Sort(names)
+	u.Holders = names[:min(holders, len(names))]
+	if c := l.b.claim(sid); c != nil && c.held.IsValid() {
+		plan := PlanAddresses(c.held, c.gatewayAddr())
+		free := plan.Usable()
+		for _, h := range sa.byName {
+			if plan.CIDR.Contains(h.rec.Address) && !plan.reserved(h.rec.Address) && sa.byAddr[h.rec.Address] == h.rec.Name {
+				free.Sub(free, big.NewInt(1))
+			}
+		}
+		u.Free = free
+	}
+	return u, true
+}
+
+// AddressesOf lists the addresses held in a Subnet (for the checker's and
+// tests' eyes, and kubectl-style listings), in address order.
+func (l *Ledger) AddressesOf(namespace, subnet string) []AddressRecord {
+	sid := idOf(namespace, SubnetKey(subnet))
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	sa := l.b.addresses[sid]
+	if sa == nil {
+		return nil
+	}
+	out := make([]AddressRecord, 0, len(sa.byName))
+	for _, h := range sa.byName {
+		out = append(out, h.rec)
+	}
+	slices.SortFunc(out, func(a, b AddressRecord) int {
+		if c := a.Address.Compare(b.Address); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+// AddressSubnets names the Subnets that hold addresses (in use or cooling
+// down), for the metrics.
+func (l *Ledger) AddressSubnets() []types.NamespacedName {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]types.NamespacedName, 0, len(l.b.addresses))
+	for sid, sa := range l.b.addresses {
+		if len(sa.byName) > 0 {
+			out = append(out, types.NamespacedName{Namespace: sid.namespace(), Name: sid.key().Name()})
+		}
+	}
+	return out
+}
+
+// ProtectedSubnets names the Subnets that carry the address-protection
+// finalizer and are being deleted: the ones whose finalizer may be due to
+// go. O(Subnets); a new leader asks once.
+func (l *Ledger) ProtectedSubnets() []types.NamespacedName {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []types.NamespacedName
+	for _, n := range l.b.namespaces {
+		for id, c := range n.claims {
+			if c.protected && c.deleting {
+				out = append(out, types.NamespacedName{Namespace: id.namespace(), Name: id.key().Name()})
+			}
+		}
+	}
+	return out
+}
