@@ -45,6 +45,9 @@ import (
 // subnetKind is the pool kind a claim names to be ours.
 const subnetKind = "Subnet"
 
+// writeTimeout bounds the writes of one grant (as the Subnet controller's).
+const writeTimeout = 10 * time.Second
+
 // clusterNameIndex indexes claims by the name of their Cluster.
 const clusterNameIndex = "capi.clusterName"
 
@@ -350,6 +353,12 @@ func equalStatus(a, b *capiipam.IPAddressClaim) bool {
 // write creates the IPAddress of a grant. The Subnet is protected first
 // (its finalizer), so that it cannot go while the address is in use.
 func (r *ClaimReconciler) write(ctx context.Context, claim *capiipam.IPAddressClaim, d ledger.AddressDecision) error {
+	// The write runs to its end even when the controller is stopping (a
+	// graceful hand-over): the lease is released only after every worker
+	// returned, so no grant of ours lands after the next leader's catch-up
+	// read. The manager's graceful shutdown period exceeds writeTimeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
 	subnet, err := r.protect(ctx, claim.Namespace, claim.Spec.PoolRef.Name)
 	if err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {

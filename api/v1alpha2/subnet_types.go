@@ -59,8 +59,8 @@ func (r PoolReference) String() string {
 // +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"
 // +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength)",message="prefixLength cannot be added or removed after creation"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || has(self.cidr)",message="cidr cannot be removed: it is the range this Subnet claims (for a prefixLength claim, the range allocated to it)"
-// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || has(self.cidr)",message="gateway needs an explicit cidr: the gateway of a range not allocated yet cannot be known; leave gateway out to use the first usable address"
-// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !has(self.cidr) || !isCIDR(self.cidr) || !isIP(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",message="gateway must be an address inside cidr"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || has(self.cidr)",message="needs an explicit cidr: the gateway of a range not allocated yet cannot be known; leave gateway out to use the first usable address",fieldPath=".gateway"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !has(self.cidr) || !isCIDR(self.cidr) || !isIP(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",messageExpression="'is outside spec.cidr ' + self.cidr + ': the gateway must be an address in that range, of its family'",fieldPath=".gateway"
 // +kubebuilder:validation:XValidation:rule="has(self.gateway) == has(oldSelf.gateway)",message="gateway cannot be added or removed after creation"
 type SubnetSpec struct {
 	// PoolRef is the SubnetPool the range is claimed from. Its namespace

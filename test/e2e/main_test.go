@@ -52,8 +52,9 @@ func TestMain(m *testing.M) {
 	}
 	opts := environment.Options{
 		RepoRoot: root, Image: imageID,
-		Replicas: 2, ControllerManager: true,
+		Replicas: 2, ControllerManager: true, ClusterAPI: true,
 		ManagerArgs: []string{
+			"--address-reuse-after=" + addressReuseAfter.String(),
 			"--leader-elect-lease-duration=" + leaseDuration.String(),
 			"--leader-elect-renew-deadline=" + renewDeadline.String(),
 			"--leader-elect-retry-period=" + retryPeriod.String(),

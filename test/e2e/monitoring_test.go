@@ -38,6 +38,9 @@ func TestMonitoring(t *testing.T) {
 	if err := monitoring.Workload(ctx, k8s, ns); err != nil {
 		t.Fatal(err)
 	}
+	if err := monitoring.MachineAddresses(ctx, k8s, ns); err != nil {
+		t.Fatal(err)
+	}
 	// Once Prometheus has scraped the workload, the denied requests again:
 	// the series they first created increase within the query window.
 	workloadDone := time.Now()

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/capi"
 )
 
 // Main runs a test binary's tests against one environment, for TestMain:
@@ -86,6 +87,9 @@ func AdminClient(env *Environment) (client.Client, error) {
 	if err := ipamv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	// Cluster API's types, for the tests of the provider (package capi);
+	// registering them needs no CRD.
+	capi.AddToScheme(scheme)
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = -1, -1
 	return client.New(cfg, client.Options{Scheme: scheme})

@@ -80,6 +80,12 @@ func catalog() []hostile {
 		{rule: "prefixLength beyond 128", create: sub("h26", "{poolRef: {name: dc}, prefixLength: 129}"), want: `spec.prefixLength: Invalid value: 129: must be between 0 and 128`},
 		{rule: "negative prefixLength", create: sub("h27", "{poolRef: {name: dc}, prefixLength: -1}"), want: `spec.prefixLength: Invalid value: -1: must be between 0 and 128`},
 		{rule: "cidr and a prefixLength it disagrees with", create: sub("h28", "{poolRef: {name: dc}, cidr: 10.0.2.0/24, prefixLength: 25}"), want: `spec.prefixLength: Invalid value: 25: disagrees with cidr 10.0.2.0/24: set either cidr (an explicit range) or prefixLength (a range the controller allocates)`},
+		// A gateway (for Cluster API machines).
+		{rule: "gateway without an explicit cidr", create: sub("g1", "{poolRef: {name: dc}, prefixLength: 24, gateway: 10.0.2.1}"), want: `spec.gateway: Invalid value: needs an explicit cidr: the gateway of a range not allocated yet cannot be known`},
+		{rule: "gateway outside the range", create: sub("g2", "{poolRef: {name: dc}, cidr: 10.0.2.0/24, gateway: 10.0.3.1}"), want: `spec.gateway: Invalid value: is outside spec.cidr 10.0.2.0/24: the gateway must be an address in that range, of its family`},
+		{rule: "gateway on the network address", create: sub("g3", "{poolRef: {name: dc}, cidr: 10.0.2.0/24, gateway: 10.0.2.0}"), want: `spec.gateway: Invalid value: "10.0.2.0": is the network address of 10.0.2.0/24; use a host address such as 10.0.2.1`},
+		{rule: "gateway on the broadcast address", create: sub("g4", "{poolRef: {name: dc}, cidr: 10.0.2.0/24, gateway: 10.0.2.255}"), want: `spec.gateway: Invalid value: "10.0.2.255": is the broadcast address of 10.0.2.0/24; use a host address such as 10.0.2.1`},
+		{rule: "gateway that is not an address", create: sub("g5", "{poolRef: {name: dc}, cidr: 10.0.2.0/24, gateway: 10.0.2.1/24}"), want: `spec.gateway: Invalid value: "10.0.2.1/24": must be an IP address such as 10.0.1.1 or 2001:db8::1`},
 		// Overlaps.
 		{rule: "equal to a Subnet", create: subJSON("h29", "10.0.1.0/24"), want: `overlaps Subnet NS/web (10.0.1.0/24)`},
 		{rule: "containing a Subnet", create: subJSON("h30", "10.0.0.0/22"), want: `overlaps Subnet NS/web (10.0.1.0/24)`},

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -132,6 +133,42 @@ func waitDecided(ctx context.Context, c client.Client, namespace string, want ma
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("subnets of %s by Ready reason: got %v, want %v", namespace, got, want)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// MachineAddresses makes a Subnet of namespace's datacenter pool (from
+// Workload) serve a Cluster API IPAddressClaim and waits until the claim
+// is bound, so that the Subnet's address series exist. It needs the
+// Cluster API CRDs and the manager's provider on.
+func MachineAddresses(ctx context.Context, c client.Client, namespace string) error {
+	s := &ipamv1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "machines"},
+		Spec:       ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "datacenter"}, CIDR: "10.40.64.0/29"},
+	}
+	claim := &capiipam.IPAddressClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "machine-0"},
+		Spec: capiipam.IPAddressClaimSpec{PoolRef: capiipam.IPPoolReference{
+			APIGroup: ipamv1.GroupVersion.Group, Kind: "Subnet", Name: s.Name}},
+	}
+	for _, o := range []client.Object{s, claim} {
+		if err := c.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+			return err
+		}
+		if claim.Status.AddressRef.Name != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("IPAddressClaim %s not bound: %+v", claim.Name, claim.Status)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
