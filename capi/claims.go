@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -27,8 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -44,6 +45,10 @@ import (
 
 // subnetKind is the pool kind a claim names to be ours.
 const subnetKind = "Subnet"
+
+// errReplaced: the Subnet a grant was decided in was deleted and created
+// again under its name; the grant is withdrawn (its range may differ).
+var errReplaced = errors.New("the Subnet was replaced since the decision")
 
 // writeTimeout bounds the writes of one grant (as the Subnet controller's).
 const writeTimeout = 10 * time.Second
@@ -171,44 +176,42 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if err := r.catchUp(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	var result reconcile.Result
 	addr := &capiipam.IPAddress{}
 	if err := r.Client.Get(ctx, req.NamespacedName, addr); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return result, err
+			return reconcile.Result{}, err
 		}
 		addr = nil
 	} else if !ours(addr.Spec.PoolRef) {
 		addr = nil
 	}
-	if addr != nil && addr.DeletionTimestamp != nil {
-		// Released: it keeps its address for the cool-down, then goes.
-		left := time.Until(addr.DeletionTimestamp.Add(r.ReuseAfter))
-		if left > 0 {
-			result.RequeueAfter = left
-		} else if err := r.removeFinalizer(ctx, addr, FinalizerProtectAddress); err != nil {
-			return result, err
-		}
-	}
-
 	claim := &capiipam.IPAddressClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
 		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		claim = nil
+	} else if !ours(claim.Spec.PoolRef) {
+		claim = nil
+	}
+	if claim == nil {
+		r.Ledger.StopWaiting(req.Namespace, req.Name)
+	}
+
+	// The IPAddress of this name, whoever's it is.
+	var result reconcile.Result
+	if addr != nil {
+		var done bool
+		var err error
+		result, done, err = r.reconcileAddress(ctx, addr, claim)
+		if done || err != nil {
 			return result, err
 		}
-		r.Ledger.StopWaiting(req.Namespace, req.Name)
-		// An IPAddress whose claim is gone (deleted around us) is released
-		// as the claim's deletion would have.
-		if addr != nil && addr.DeletionTimestamp == nil && orphaned(ctx, r.APIReader, addr) {
-			return result, r.release(ctx, addr)
-		}
+	}
+	if claim == nil {
 		return result, nil
 	}
-	if !ours(claim.Spec.PoolRef) {
-		r.Ledger.StopWaiting(req.Namespace, req.Name)
-		return result, nil
-	}
-	if p, err := r.isPaused(ctx, claim); err != nil || p {
+	if p, err := r.isPaused(ctx, claim.Namespace, clusterName(claim), claim.Annotations); err != nil || p {
 		return result, err // a paused Cluster's claims are left alone, deletion included
 	}
 	if claim.DeletionTimestamp != nil {
@@ -224,8 +227,10 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 			return result, client.IgnoreNotFound(err)
 		}
 	}
-	if addr != nil && addr.DeletionTimestamp == nil && ownedBy(addr, claim.UID) {
-		// The informer shows its IPAddress: the claim is bound.
+	if addr != nil && ownedBy(addr, claim.UID) {
+		// The informer shows its IPAddress: the claim is bound (also while
+		// someone deletes the IPAddress under it: reconcileAddress keeps
+		// it, and its address, until the claim goes).
 		return result, r.bind(ctx, claim, addr.Name)
 	}
 
@@ -252,6 +257,92 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	return result, nil
 }
 
+// reconcileAddress looks after the IPAddress of the request's name, given
+// the claim of that name (nil if there is none of ours). done: nothing is
+// left to do for the claim in this reconcile.
+//   - Terminating, its claim gone or going: the cool-down runs from its
+//     deletionTimestamp, then its finalizer goes and the address is free.
+//   - Terminating under a live claim (deleted by hand, or by a foreground
+//     deletion of its Subnet): kept, with its address, until the claim
+//     goes; the machine still uses it.
+//   - Its claim gone, or a new claim of the name while it was never
+//     released: released. Restored with the claims (new UIDs): adopted.
+//
+// A paused Cluster's IPAddresses (by their cluster-name label) are left
+// alone too.
+func (r *ClaimReconciler) reconcileAddress(ctx context.Context, addr *capiipam.IPAddress, claim *capiipam.IPAddressClaim) (reconcile.Result, bool, error) {
+	if p, err := r.isPaused(ctx, addr.Namespace, addr.Labels[clusterv1.ClusterNameLabel], nil); err != nil || p {
+		return reconcile.Result{}, true, err
+	}
+	owned := claim != nil && ownedBy(addr, claim.UID)
+	if addr.DeletionTimestamp != nil {
+		if owned && claim.DeletionTimestamp == nil {
+			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "AddressDeleted", "Protect",
+				"IPAddress %s was deleted while the claim holds it; it keeps %s until the claim is deleted", addr.Name, addr.Spec.Address)
+			return reconcile.Result{}, false, nil
+		}
+		left := time.Until(addr.DeletionTimestamp.Add(r.ReuseAfter))
+		if left > 0 {
+			return reconcile.Result{RequeueAfter: left}, false, nil
+		}
+		return reconcile.Result{}, false, r.removeFinalizer(ctx, addr, FinalizerProtectAddress)
+	}
+	if owned {
+		return reconcile.Result{}, false, nil
+	}
+	live, err := r.claimOf(ctx, addr)
+	if err != nil {
+		return reconcile.Result{}, true, err
+	}
+	switch {
+	case live != nil:
+		return reconcile.Result{}, false, nil // its claim exists: the cache is behind
+	case claim != nil && claim.DeletionTimestamp == nil && addr.Spec.ClaimRef.Name == claim.Name && claim.Spec.PoolRef == addr.Spec.PoolRef:
+		// Never released, and a claim of its name and pool asks: restored
+		// from a backup with new UIDs (or its claim's finalizer was
+		// removed by hand and the claim made again). The claim gets the
+		// address its IPAddress records, which is what a restore means.
+		return reconcile.Result{}, true, r.adopt(ctx, addr, claim)
+	}
+	// Its claim is gone: released as the claim's deletion would have.
+	return reconcile.Result{}, false, r.release(ctx, addr)
+}
+
+// claimOf returns the claim that owns the IPAddress, read from the API
+// server (the cache may not show a claim created a moment ago), or nil if
+// it is gone or replaced by another of the same name.
+func (r *ClaimReconciler) claimOf(ctx context.Context, a *capiipam.IPAddress) (*capiipam.IPAddressClaim, error) {
+	owner := metav1.GetControllerOf(a)
+	name := a.Spec.ClaimRef.Name
+	if owner != nil {
+		name = owner.Name
+	}
+	var c capiipam.IPAddressClaim
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &c); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if owner == nil || c.UID != owner.UID {
+		return nil, nil
+	}
+	return &c, nil
+}
+
+// adopt points a restored IPAddress's owner references at the claim and
+// the Subnet of today (objects restored from a backup have new UIDs).
+func (r *ClaimReconciler) adopt(ctx context.Context, addr *capiipam.IPAddress, claim *capiipam.IPAddressClaim) error {
+	patch := client.MergeFromWithOptions(addr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	refs := []metav1.OwnerReference{{APIVersion: capiipam.GroupVersion.String(), Kind: "IPAddressClaim", Name: claim.Name, UID: claim.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+	if s, ok := r.Ledger.Subnet(addr.Namespace, addr.Spec.PoolRef.Name); ok {
+		refs = append(refs, metav1.OwnerReference{APIVersion: ipamv1.GroupVersion.String(), Kind: subnetKind, Name: s.Name, UID: s.UID, BlockOwnerDeletion: ptr.To(true)})
+	}
+	addr.OwnerReferences = refs
+	if err := r.Client.Patch(ctx, addr, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	logf.FromContext(ctx).Info("IPAddress adopted by its claim", "ipaddress", client.ObjectKeyFromObject(addr), "address", addr.Spec.Address)
+	return nil
+}
+
 // catchUp loads every IPAddress the API server has into the ledger, once,
 // before the first decision: the informer of a replica that was standing
 // by may lag behind the IPAddresses its predecessor wrote, and a decision
@@ -263,14 +354,35 @@ func (r *ClaimReconciler) catchUp(ctx context.Context) error {
 	if r.caughtUp {
 		return nil
 	}
-	var list capiipam.IPAddressList
-	if err := r.APIReader.List(ctx, &list); err != nil {
-		return fmt.Errorf("catching up with the IPAddresses: %w", err)
+	// The Subnets first: a decision needs their ranges as the API shows
+	// them (the Subnet controller's catch-up; it runs once per leader).
+	if err := r.Ledger.WaitForSync(ctx); err != nil {
+		return err
 	}
-	for i := range list.Items {
-		if rec, ok := record(&list.Items[i]); ok {
-			r.Ledger.ApplyAddress(rec, ledger.Updated)
+	if _, err := r.Ledger.CatchUp(ctx, r.APIReader); err != nil {
+		return err
+	}
+	err := r.Ledger.CatchUpAddresses(func() ([]ledger.AddressRecord, error) {
+		var recs []ledger.AddressRecord
+		opts := &client.ListOptions{Limit: 500}
+		for {
+			var list capiipam.IPAddressList
+			if err := r.APIReader.List(ctx, &list, opts); err != nil {
+				return nil, fmt.Errorf("catching up with the IPAddresses: %w", err)
+			}
+			for i := range list.Items {
+				if rec, ok := record(&list.Items[i]); ok {
+					recs = append(recs, rec)
+				}
+			}
+			if list.Continue == "" {
+				return recs, nil
+			}
+			opts.Continue = list.Continue
 		}
+	})
+	if err != nil {
+		return err
 	}
 	r.caughtUp = true
 	return nil
@@ -289,17 +401,18 @@ func (r *ClaimReconciler) clusterMissing(ctx context.Context, claim *capiipam.IP
 	return apierrors.IsNotFound(err)
 }
 
-// paused reports whether the claim, or its Cluster, is paused.
-func (r *ClaimReconciler) isPaused(ctx context.Context, claim *capiipam.IPAddressClaim) (bool, error) {
-	if _, ok := claim.Annotations[clusterv1.PausedAnnotation]; ok {
+// isPaused reports whether an object of the namespace with these
+// annotations, of the named Cluster, is paused: by its own paused
+// annotation or its Cluster's.
+func (r *ClaimReconciler) isPaused(ctx context.Context, namespace, cluster string, annotations map[string]string) (bool, error) {
+	if _, ok := annotations[clusterv1.PausedAnnotation]; ok {
 		return true, nil
 	}
-	name := clusterName(claim)
-	if !r.Clusters || name == "" {
+	if !r.Clusters || cluster == "" {
 		return false, nil
 	}
 	var c clusterv1.Cluster
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, &c); err != nil {
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: cluster}, &c); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
 	return paused(&c), nil
@@ -359,9 +472,9 @@ func (r *ClaimReconciler) write(ctx context.Context, claim *capiipam.IPAddressCl
 	// read. The manager's graceful shutdown period exceeds writeTimeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	subnet, err := r.protect(ctx, claim.Namespace, claim.Spec.PoolRef.Name)
+	subnet, err := r.protect(ctx, claim.Namespace, claim.Spec.PoolRef.Name, d.SubnetUID)
 	if err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || errors.Is(err, errReplaced) {
 			// Gone or being deleted: the next decision says so.
 			r.Ledger.ForgetAddress(claim.Namespace, claim.Name, claim.UID, claim.Spec.PoolRef.Name, d.Address)
 		}
@@ -417,30 +530,39 @@ func (r *ClaimReconciler) write(ctx context.Context, claim *capiipam.IPAddressCl
 
 // protect adds the address-protection finalizer to the Subnet, if the
 // ledger does not show it yet, and returns the Subnet's name and UID.
-func (r *ClaimReconciler) protect(ctx context.Context, namespace, name string) (*metav1.ObjectMeta, error) {
+func (r *ClaimReconciler) protect(ctx context.Context, namespace, name string, uid types.UID) (*metav1.ObjectMeta, error) {
 	s, ok := r.Ledger.Subnet(namespace, name)
 	if !ok {
 		return nil, apierrors.NewNotFound(ipamv1.GroupVersion.WithResource("subnets").GroupResource(), name)
 	}
+	if s.UID != uid {
+		return nil, errReplaced
+	}
 	if controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection) {
 		return &s.ObjectMeta, nil
 	}
+	// Several workers may protect a new Subnet at once: a conflict is
+	// read again and retried here, not logged as a reconcile error.
 	var live ipamv1.Subnet
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &live); err != nil {
-		return nil, err
-	}
-	if live.UID != s.UID {
-		return nil, apierrors.NewConflict(ipamv1.GroupVersion.WithResource("subnets").GroupResource(), name, errors.New("replaced since the decision"))
-	}
-	if live.DeletionTimestamp != nil {
-		return nil, apierrors.NewForbidden(ipamv1.GroupVersion.WithResource("subnets").GroupResource(), name, errors.New("being deleted"))
-	}
-	if !controllerutil.ContainsFinalizer(&live, ipamv1.FinalizerAddressProtection) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &live); err != nil {
+			return err
+		}
+		if live.UID != uid {
+			return errReplaced
+		}
+		if live.DeletionTimestamp != nil {
+			return apierrors.NewForbidden(ipamv1.GroupVersion.WithResource("subnets").GroupResource(), name, errors.New("being deleted"))
+		}
+		if controllerutil.ContainsFinalizer(&live, ipamv1.FinalizerAddressProtection) {
+			return nil
+		}
 		patch := client.MergeFromWithOptions(live.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(&live, ipamv1.FinalizerAddressProtection)
-		if err := r.Client.Patch(ctx, &live, patch); err != nil {
-			return nil, err
-		}
+		return r.Client.Patch(ctx, &live, patch)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &live.ObjectMeta, nil
 }
@@ -467,6 +589,8 @@ func (r *ClaimReconciler) releaseClaim(ctx context.Context, claim *capiipam.IPAd
 			return err
 		}
 	}
+	// Its IPAddress cools down from now on: terminating, it keeps the
+	// address until reconcileAddress lets it go.
 	patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(claim, FinalizerReleaseAddress)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, claim, patch))
@@ -496,18 +620,6 @@ func (r *ClaimReconciler) removeFinalizer(ctx context.Context, addr *capiipam.IP
 func ownedBy(a *capiipam.IPAddress, claimUID types.UID) bool {
 	owner := metav1.GetControllerOf(a)
 	return owner != nil && owner.UID == claimUID
-}
-
-// orphaned reports whether the IPAddress's claim is gone, read from the
-// API server: the cache may not show a claim created a moment ago.
-func orphaned(ctx context.Context, reader client.Reader, a *capiipam.IPAddress) bool {
-	owner := metav1.GetControllerOf(a)
-	if owner == nil {
-		return false
-	}
-	var c capiipam.IPAddressClaim
-	err := reader.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: owner.Name}, &c)
-	return apierrors.IsNotFound(err) || (err == nil && c.UID != owner.UID)
 }
 
 // record is what the ledger keeps of one of our IPAddresses.

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -23,9 +23,11 @@ import (
 )
 
 // SubnetGuard keeps a Subnet that is being deleted while IPAddresses of it
-// are in use: its address-protection finalizer (added with the first
-// address) goes only when none is. Addresses cooling down do not hold it:
-// their machines are gone.
+// exist: its address-protection finalizer (added with the first address)
+// goes only when none is left. Addresses cooling down hold it too, for at
+// most the cool-down: a terminating IPAddress may still be in use (deleted
+// by hand under its live claim), and the Subnet's range must not go to
+// another Subnet while an address in it cools down.
 type SubnetGuard struct {
 	Client    client.Client
 	APIReader client.Reader
@@ -85,14 +87,16 @@ func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (rec
 		return reconcile.Result{}, err
 	}
 	const named = 5
-	if u, ok := g.Ledger.AddressUsage(req.Namespace, req.Name, named); ok && u.InUse > 0 {
-		who := strings.Join(u.Holders, ", ")
-		if u.InUse > int64(len(u.Holders)) {
-			who += fmt.Sprintf(" and %d more", u.InUse-int64(len(u.Holders)))
+	if u, ok := g.Ledger.AddressUsage(req.Namespace, req.Name, named); ok && u.InUse+u.CoolingDown > 0 {
+		if u.InUse > 0 {
+			who := strings.Join(u.Holders, ", ")
+			if u.InUse > int64(len(u.Holders)) {
+				who += fmt.Sprintf(" and %d more", u.InUse-int64(len(u.Holders)))
+			}
+			g.Recorder.Eventf(s, nil, corev1.EventTypeWarning, "AddressesInUse", "Delete",
+				"deletion waits until no IPAddress of this Subnet is left: %d in use by IPAddressClaims %s", u.InUse, who)
 		}
-		g.Recorder.Eventf(s, nil, corev1.EventTypeWarning, "AddressesInUse", "Delete",
-			"deletion waits until no IPAddress of this Subnet is in use: %d held by IPAddressClaims %s", u.InUse, who)
-		return reconcile.Result{}, nil // an address's release requeues it
+		return reconcile.Result{}, nil // each IPAddress's going requeues it
 	}
 	var live ipamv1.Subnet
 	if err := g.APIReader.Get(ctx, req.NamespacedName, &live); err != nil {

@@ -70,13 +70,23 @@ type subnetAddresses struct {
 	// happen only if the arbiter was bypassed (a hand-written IPAddress);
 	// the address stays held while either exists.
 	byAddr map[netip.Addr]string
-	// below: every address lower than it is held or reserved (the next
-	// search starts there), so handing out n addresses costs O(n), not
-	// O(n²).
-	below netip.Addr
+	// below: every address of belowIn lower than it is held or reserved
+	// (the next search starts there), so handing out n addresses costs
+	// O(n), not O(n²). It holds only for the range it was found in: a
+	// Subnet re-created with another range starts from its base.
+	below   netip.Addr
+	belowIn netip.Prefix
 	// waiting holds the claims (by name) that asked and got nothing: the
 	// claims to wake when an address is freed or the Subnet changes.
 	waiting map[string]struct{}
+
+	// Counts kept as holders come and go, so that a status or a scrape
+	// does not walk every address: in use and cooling down (by holder);
+	// shared, the holders whose address another holds too (only a
+	// bypassed arbiter); inside, the distinct addresses held within
+	// countedIn (the range they were last counted for).
+	inUse, cooling, shared, inside int
+	countedIn                      netip.Prefix
 }
 
 // addressBook is every Subnet's addresses, by the Subnet's claimID.
@@ -99,8 +109,18 @@ func (ab addressBook) dropIfEmpty(id claimID) {
 
 func (sa *subnetAddresses) hold(h *heldAddress) {
 	sa.byName[h.rec.Name] = h
-	if _, taken := sa.byAddr[h.rec.Address]; !taken {
-		sa.byAddr[h.rec.Address] = h.rec.Name
+	if h.rec.Releasing.IsZero() {
+		sa.inUse++
+	} else {
+		sa.cooling++
+	}
+	if _, taken := sa.byAddr[h.rec.Address]; taken {
+		sa.shared++
+		return
+	}
+	sa.byAddr[h.rec.Address] = h.rec.Name
+	if sa.countedIn.Contains(h.rec.Address) {
+		sa.inside++
 	}
 }
 
@@ -110,20 +130,53 @@ func (sa *subnetAddresses) drop(name string) {
 		return
 	}
 	delete(sa.byName, name)
+	if h.rec.Releasing.IsZero() {
+		sa.inUse--
+	} else {
+		sa.cooling--
+	}
 	if sa.byAddr[h.rec.Address] != name {
+		sa.shared--
 		return
 	}
 	delete(sa.byAddr, h.rec.Address)
-	// Another holder of the same address (a bypassed arbiter) keeps it.
-	for other, o := range sa.byName {
-		if o.rec.Address == h.rec.Address {
-			sa.byAddr[h.rec.Address] = other
-			return
+	if sa.shared > 0 {
+		// Another holder of the same address (a bypassed arbiter) keeps it.
+		for other, o := range sa.byName {
+			if o.rec.Address == h.rec.Address {
+				sa.byAddr[h.rec.Address] = other
+				sa.shared--
+				return
+			}
 		}
+	}
+	if sa.countedIn.Contains(h.rec.Address) {
+		sa.inside--
 	}
 	if sa.below.IsValid() && h.rec.Address.Less(sa.below) {
 		sa.below = h.rec.Address
 	}
+}
+
+// count recounts the distinct addresses held within cidr, if they were
+// counted for another range. O(addresses), once per range. The caller
+// holds the lock for writing.
+func (sa *subnetAddresses) count(cidr netip.Prefix) {
+	if sa.countedIn == cidr {
+		return
+	}
+	sa.countedIn, sa.inside = cidr, sa.insideOf(cidr)
+}
+
+// insideOf counts the distinct addresses held within cidr.
+func (sa *subnetAddresses) insideOf(cidr netip.Prefix) int {
+	n := 0
+	for a := range sa.byAddr {
+		if cidr.Contains(a) {
+			n++
+		}
+	}
+	return n
 }
 
 // AddressPlan is what a Subnet's range offers to machines: the range, its
@@ -203,6 +256,9 @@ type AddressDecision struct {
 	// Granted is when the grant was made (zero if the informer showed the
 	// IPAddress before this replica granted it).
 	Granted time.Time
+	// SubnetUID is the UID of the Subnet the address was decided in: the
+	// write must go to that object, not to one re-created under its name.
+	SubnetUID types.UID
 }
 
 // Reasons of an address decision (the Cluster API contract's).
@@ -260,32 +316,39 @@ func (b *book) decideAddress(sa *subnetAddresses, sid claimID, name string, clai
 		return AddressDecision{Reason: AddressPoolNotReady, Message: fmt.Sprintf("Subnet %s is not Ready (%s)", subnetName, reason)}
 	}
 	plan := PlanAddresses(c.held, c.gatewayAddr())
+	sa.count(plan.CIDR)
 	if h := sa.byName[name]; h != nil {
-		return AddressDecision{Address: h.rec.Address, Prefix: plan.CIDR.Bits(), Gateway: plan.Gateway, Assumed: !h.object, Granted: h.granted}
+		fits := plan.CIDR.Contains(h.rec.Address) && !plan.reserved(h.rec.Address)
+		switch {
+		case fits:
+			return AddressDecision{Address: h.rec.Address, Prefix: plan.CIDR.Bits(), Gateway: plan.Gateway, Assumed: !h.object, Granted: h.granted, SubnetUID: c.uid}
+		case h.object:
+			return AddressDecision{Reason: AddressAllocationFailed, Message: fmt.Sprintf(
+				"IPAddress %s holds %s, which Subnet %s (%s) does not hand out; delete the claim to release it", name, h.rec.Address, subnetName, plan.CIDR)}
+		}
+		// A grant never written, made in a Subnet of the same name that
+		// is gone: withdrawn.
+		sa.drop(name)
 	}
 	addr, ok := sa.lowestFree(plan)
 	if !ok {
-		cooling := 0
-		for _, h := range sa.byName {
-			if !h.rec.Releasing.IsZero() {
-				cooling++
-			}
-		}
-		msg := fmt.Sprintf("Subnet %s (%s) has no free address: %d in use", subnetName, plan.CIDR, len(sa.byName)-cooling)
-		if cooling > 0 {
-			msg += fmt.Sprintf(", %d released and cooling down", cooling)
-		}
-		return AddressDecision{Reason: AddressPoolExhausted, Message: msg}
+		// No figures in the message: a status rewritten at every release
+		// would cost a write per waiting claim.
+		return AddressDecision{Reason: AddressPoolExhausted, Message: fmt.Sprintf(
+			"Subnet %s (%s) has no free address; released addresses are handed out again after their cool-down", subnetName, plan.CIDR)}
 	}
 	now := time.Now()
 	sa.hold(&heldAddress{rec: AddressRecord{Namespace: sid.namespace(), Name: name, Subnet: subnetName, Address: addr, ClaimUID: claimUID}, granted: now})
-	return AddressDecision{Address: addr, Prefix: plan.CIDR.Bits(), Gateway: plan.Gateway, Assumed: true, Granted: now}
+	return AddressDecision{Address: addr, Prefix: plan.CIDR.Bits(), Gateway: plan.Gateway, Assumed: true, Granted: now, SubnetUID: c.uid}
 }
 
 // lowestFree returns the lowest address of the plan's range that is neither
 // reserved nor held.
 func (sa *subnetAddresses) lowestFree(plan AddressPlan) (netip.Addr, bool) {
 	a := plan.CIDR.Addr()
+	if sa.belowIn != plan.CIDR {
+		sa.below, sa.belowIn = netip.Addr{}, plan.CIDR
+	}
 	if sa.below.IsValid() && plan.CIDR.Contains(sa.below) {
 		a = sa.below
 	}
@@ -317,11 +380,20 @@ func (l *Ledger) ForgetAddress(namespace, name string, claimUID types.UID, subne
 		l.mu.Unlock()
 		return
 	}
-	if h := sa.byName[name]; h != nil && !h.object && h.rec.ClaimUID == claimUID && (!addr.IsValid() || h.rec.Address == addr) {
+	var wake []string
+	h := sa.byName[name]
+	forgotten := h != nil && !h.object && h.rec.ClaimUID == claimUID && (!addr.IsValid() || h.rec.Address == addr)
+	if forgotten {
 		sa.drop(name)
+		wake = sa.wakeAll()
 	}
 	l.b.addresses.dropIfEmpty(sid)
 	l.mu.Unlock()
+	if forgotten {
+		// The address is free again: what waited for it, the Subnet's
+		// status and its deletion guard look again.
+		l.publishAddress(Deleted, AddressRecord{Namespace: namespace, Name: name, Subnet: subnet}, wake)
+	}
 }
 
 // StopWaiting forgets a claim that waited for an address (it was deleted,
@@ -342,11 +414,26 @@ func (l *Ledger) StopWaiting(namespace, name string) {
 // informer (or a catch-up read) shows it. An update older than what the
 // ledger has is ignored.
 func (l *Ledger) ApplyAddress(rec AddressRecord, typ EventType) {
+	l.applyAddress(rec, typ, false)
+}
+
+// applyAddress is ApplyAddress; listed: rec comes from the catch-up read,
+// which may be older than what the informer delivered since.
+func (l *Ledger) applyAddress(rec AddressRecord, typ EventType, listed bool) {
 	sid := idOf(rec.Namespace, SubnetKey(rec.Subnet))
 	l.mu.Lock()
+	if listed && l.b.goneAddresses != nil {
+		// Deleted since the catch-up's read: not resurrected.
+		if rv, gone := l.b.goneAddresses[rec.Namespace+"/"+rec.Name]; gone && !newer(rec.ResourceVersion, rv) {
+			l.mu.Unlock()
+			return
+		}
+	}
 	sa := l.b.addresses.of(sid)
 	prev := sa.byName[rec.Name]
-	if prev != nil && prev.object && prev.rec.UID == rec.UID && !newer(rec.ResourceVersion, prev.rec.ResourceVersion) {
+	// resourceVersions order all objects of a kind: an older version, of
+	// this object or of one deleted before it was created, changes nothing.
+	if prev != nil && prev.object && !newer(rec.ResourceVersion, prev.rec.ResourceVersion) {
 		l.mu.Unlock()
 		return
 	}
@@ -356,8 +443,8 @@ func (l *Ledger) ApplyAddress(rec AddressRecord, typ EventType) {
 		if !prev.object {
 			granted = prev.granted
 		}
-		if prev.rec.Address != rec.Address || prev.rec.Releasing.IsZero() != rec.Releasing.IsZero() {
-			wake = sa.wakeAll()
+		if prev.rec.Address != rec.Address {
+			wake = sa.wakeAll() // the old address is free
 		}
 		sa.drop(rec.Name)
 	}
@@ -370,6 +457,9 @@ func (l *Ledger) ApplyAddress(rec AddressRecord, typ EventType) {
 func (l *Ledger) DeleteAddress(rec AddressRecord) {
 	sid := idOf(rec.Namespace, SubnetKey(rec.Subnet))
 	l.mu.Lock()
+	if l.b.goneAddresses != nil {
+		l.b.goneAddresses[rec.Namespace+"/"+rec.Name] = rec.ResourceVersion
+	}
 	sa := l.b.addresses[sid]
 	var wake []string
 	if sa != nil {
@@ -381,6 +471,30 @@ func (l *Ledger) DeleteAddress(rec AddressRecord) {
 	}
 	l.mu.Unlock()
 	l.publishAddress(Deleted, rec, wake)
+}
+
+// CatchUpAddresses applies a LIST of the IPAddresses read from the API
+// server (before a leader's first decision: a standby's informer may lag
+// behind what its predecessor wrote). list reads them; an IPAddress the
+// informer deletes while the LIST is read and applied is not brought back,
+// and an older version never replaces a newer one.
+func (l *Ledger) CatchUpAddresses(list func() ([]AddressRecord, error)) error {
+	l.mu.Lock()
+	l.b.goneAddresses = map[string]string{}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.b.goneAddresses = nil
+		l.mu.Unlock()
+	}()
+	recs, err := list()
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		l.applyAddress(rec, Updated, true)
+	}
+	return nil
 }
 
 // wakeAll returns the waiting claims' names (they stay waiting until
@@ -436,28 +550,36 @@ func (l *Ledger) AddressUsage(namespace, subnet string, holders int) (AddressUsa
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	sa := l.b.addresses[sid]
-	if sa == nil || len(sa.byName) == 0 {
-		return AddressUsage{}, false
+	c := l.b.claim(sid)
+	if (sa == nil || len(sa.byName) == 0) && (c == nil || !c.protected) {
+		return AddressUsage{}, false // never served an address
 	}
-	var u AddressUsage
-	var names []string
-	for name, h := range sa.byName {
-		if h.rec.Releasing.IsZero() {
-			u.InUse++
-			names = append(names, name)
-		} else {
-			u.CoolingDown++
-		}
+	if sa == nil {
+		sa = &subnetAddresses{}
 	}
-	slices.Sort(names)
-	u.Holders = names[:min(holders, len(names))]
-	if c := l.b.claim(sid); c != nil && c.held.IsValid() {
-		plan := PlanAddresses(c.held, c.gatewayAddr())
-		free := plan.Usable()
-		for _, h := range sa.byName {
-			if plan.CIDR.Contains(h.rec.Address) && !plan.reserved(h.rec.Address) && sa.byAddr[h.rec.Address] == h.rec.Name {
-				free.Sub(free, big.NewInt(1))
+	u := AddressUsage{InUse: int64(sa.inUse), CoolingDown: int64(sa.cooling)}
+	if holders > 0 {
+		var names []string
+		for name, h := range sa.byName {
+			if h.rec.Releasing.IsZero() {
+				names = append(names, name)
 			}
+		}
+		slices.Sort(names)
+		u.Holders = names[:min(holders, len(names))]
+	}
+	if c != nil && c.held.IsValid() {
+		plan := PlanAddresses(c.held, c.gatewayAddr())
+		inside := sa.inside
+		if sa.countedIn != plan.CIDR {
+			inside = sa.insideOf(plan.CIDR) // counted for another range (or not yet): walk once
+		}
+		// The reserved addresses are never held (only a bypassed arbiter
+		// holds one, and then free is one lower than it should be).
+		free := plan.Usable()
+		free.Sub(free, big.NewInt(int64(inside)))
+		if free.Sign() < 0 {
+			free.SetInt64(0)
 		}
 		u.Free = free
 	}
@@ -516,4 +638,22 @@ func (l *Ledger) ProtectedSubnets() []types.NamespacedName {
 		}
 	}
 	return out
+}
+
+// dropAssumedAddresses withdraws the grants of a Subnet that is gone and
+// were never written: the IPAddress is written only after the Subnet got
+// its protection finalizer, which it cannot have once gone, so none is in
+// flight. IPAddresses that exist stay held. The caller holds the lock.
+func (b *book) dropAssumedAddresses(id claimID) {
+	sa := b.addresses[id]
+	if sa == nil {
+		return
+	}
+	for name, h := range sa.byName {
+		if !h.object {
+			sa.drop(name)
+		}
+	}
+	sa.below = netip.Addr{}
+	b.addresses.dropIfEmpty(id)
 }

@@ -246,3 +246,70 @@ func TestAddressesUniqueUnderParallelDecisions(t *testing.T) {
 		t.Fatalf("usage %+v", u)
 	}
 }
+
+// A catch-up read that raced the informer brings back neither an
+// IPAddress deleted meanwhile nor an older object of the same name.
+func TestAddressCatchUpNeverGoesBack(t *testing.T) {
+	l, _ := newLedger()
+	readyAddressSubnet(l, "m", "10.6.0.0/24", "")
+	old := AddressRecord{Namespace: ns, Name: "a", UID: "uid-1", ResourceVersion: "10", Subnet: "m", Address: netip.MustParseAddr("10.6.0.9"), ClaimUID: "c1"}
+	newer := AddressRecord{Namespace: ns, Name: "b", UID: "uid-2", ResourceVersion: "30", Subnet: "m", Address: netip.MustParseAddr("10.6.0.7"), ClaimUID: "c2"}
+	replaced := AddressRecord{Namespace: ns, Name: "b", UID: "uid-0", ResourceVersion: "12", Subnet: "m", Address: netip.MustParseAddr("10.6.0.8"), ClaimUID: "c0"}
+	l.ApplyAddress(newer, Created)
+	err := l.CatchUpAddresses(func() ([]AddressRecord, error) {
+		// The LIST shows a (deleted while it is applied) and an older b.
+		l.ApplyAddress(old, Created)
+		l.DeleteAddress(old)
+		return []AddressRecord{old, replaced}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := l.AddressesOf(ns, "m")
+	if len(got) != 1 || got[0].UID != "uid-2" {
+		t.Fatalf("after the catch-up: %+v, want only b (uid-2)", got)
+	}
+	// Outside a catch-up, the informer's own order applies.
+	l.ApplyAddress(old, Created)
+	if len(l.AddressesOf(ns, "m")) != 2 {
+		t.Fatal("a new object of the informer was ignored")
+	}
+}
+
+// A grant never written, made in a Subnet that was deleted and created
+// again with another range, is withdrawn: the new Subnet hands out its own
+// addresses, from the base of its range.
+func TestAddressGrantOfAReplacedSubnet(t *testing.T) {
+	l, _ := newLedger()
+	readyAddressSubnet(l, "m", "10.7.1.0/24", "")
+	for i := range 3 {
+		decideAddress(l, fmt.Sprintf("c%d", i), "m")
+	}
+	s := ready(explicit("m", "pool", "10.7.1.0/24", 1), "10.7.1.0/24")
+	l.DeleteSubnet(s)
+	again := ready(explicit("m", "pool", "10.7.0.0/23", 2), "10.7.0.0/23")
+	again.UID = "uid-m-2"
+	l.ApplySubnet(again, Created, nil)
+	d := decideAddress(l, "c0", "m")
+	if d.Address.String() != "10.7.0.2" || d.SubnetUID != "uid-m-2" {
+		t.Fatalf("in the new Subnet: %+v, want 10.7.0.2 decided in uid-m-2", d)
+	}
+}
+
+// A withdrawn grant frees its address for the claims that wait.
+func TestForgetAddressWakes(t *testing.T) {
+	l, rec := newLedger()
+	readyAddressSubnet(l, "m", "10.8.0.0/30", "")
+	d := decideAddress(l, "a", "m")
+	if w := decideAddress(l, "b", "m"); w.Reason != AddressPoolExhausted {
+		t.Fatalf("b: %+v", w)
+	}
+	rec.events = nil
+	l.ForgetAddress(ns, "a", claimUID("a"), "m", d.Address)
+	if !woke(rec, "b") {
+		t.Fatal("b was not woken")
+	}
+	if w := decideAddress(l, "b", "m"); w.Address != d.Address {
+		t.Fatalf("b after the withdrawal: %+v", w)
+	}
+}

@@ -166,6 +166,7 @@ func (l *Ledger) deleteSubnet(obj any) *ipamv1.Subnet {
 		released := b.removeClaim(id)
 		wake = refs(b.wakeAfterRelease(pool, released))
 	}
+	b.dropAssumedAddresses(id)
 	wake = append(wake, claimRefs(s.Namespace, b.addressWaiters(id))...)
 	l.mu.Unlock()
 	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnet, Namespace: s.Namespace, Name: s.Name, Object: obj, Wake: wake})

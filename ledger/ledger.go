@@ -399,6 +399,10 @@ type book struct {
 	subnets, pools int
 	// addresses are the single addresses Subnets hand out (addresses.go).
 	addresses addressBook
+	// goneAddresses records IPAddresses deleted while a catch-up read is
+	// applied (by namespace/name, their last resourceVersion); nil
+	// otherwise.
+	goneAddresses map[string]string
 }
 
 type namespaceRecord struct {

@@ -254,6 +254,52 @@ spec: {poolRef: {name: dc}, cidr: 10.70.8.0/24, gateway: "%s"}
 		}
 	})
 
+	t.Run("an IPAddress deleted under its claim keeps its address", func(t *testing.T) {
+		// Someone deletes m-001's IPAddress by hand: the machine still uses
+		// it, so it stays (terminating) and its address is not handed out.
+		held := addressOf["m-001"]
+		if err := k8s.Delete(ctx, &capiipam.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m-001"}}); err != nil {
+			t.Fatal(err)
+		}
+		// A witness released after it: once its cool-down is over, m-001's
+		// would have been too.
+		if err := k8s.Delete(ctx, newClaim(ns, "m-002", "machines", "work")); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "m-002"}, &capiipam.IPAddress{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("the witness's IPAddress is still there (%v)", err)
+		})
+		var a capiipam.IPAddress
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "m-001"}, &a); err != nil || a.DeletionTimestamp == nil || a.Spec.Address != held {
+			t.Fatalf("m-001's IPAddress should stay, terminating, holding %s: %v %+v", held, err, a.ObjectMeta)
+		}
+		if err := k8s.Create(ctx, newClaim(ns, "probe", "machines", "work")); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			p, err := bound(ctx, ns, "probe")
+			if err == nil && p.Spec.Address == held {
+				t.Fatalf("%s handed out while m-001 still holds it", held)
+			}
+			return err
+		})
+		// Its claim goes: the address cools down, then is free.
+		if err := k8s.Delete(ctx, newClaim(ns, "m-001", "machines", "work")); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "m-001"}, &capiipam.IPAddress{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("m-001's IPAddress is still there (%v)", err)
+		})
+	})
+
 	t.Run("a small Subnet runs out", func(t *testing.T) {
 		// 10.70.4.0/30: .0 network, .1 gateway, .3 broadcast: one address.
 		for _, name := range []string{"t-1", "t-2"} {
@@ -353,7 +399,7 @@ spec: {poolRef: {name: dc}, cidr: 10.70.8.0/24, gateway: "%s"}
 		// The guard says why it waits, naming the claim.
 		eventually(t, 30*time.Second, func() error {
 			out := mustKubectl(t, "", "get", "events.events.k8s.io", "-n", ns, "--field-selector", "regarding.name=tiny,reason=AddressesInUse", "-o", "jsonpath={.items[*].note}")
-			if !strings.Contains(out, "held by IPAddressClaims") {
+			if !strings.Contains(out, "in use by IPAddressClaims") {
 				return fmt.Errorf("no AddressesInUse event yet: %q", out)
 			}
 			return nil

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,6 +97,19 @@ func TestMakeDev(t *testing.T) {
 	if _, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(stranger), "create", "-f", "-"); err == nil || !strings.Contains(stderr, "not from team-c") {
 		t.Errorf("a Subnet from a namespace that is not a tenant: %v %s", err, stderr)
 	}
+	// The machine network: the sample's Cluster API claims get addresses
+	// from its Subnet.
+	eventually(t, time.Minute, func() error {
+		out, _, err := env.KubectlOutput(ctx, kubeconfig, nil, "get", "ipaddresses.ipam.cluster.x-k8s.io", "-n", "machines-demo",
+			"-o", "jsonpath={range .items[*]}{.spec.address}{\"\\n\"}{end}")
+		if err != nil {
+			return err
+		}
+		if n := len(strings.Fields(out)); n != 3 {
+			return fmt.Errorf("the sample's claims hold %d addresses, want 3: %q", n, out)
+		}
+		return nil
+	})
 	pidData, err := os.ReadFile(filepath.Join(dir, "pids"))
 	if err != nil {
 		t.Fatal(err)
