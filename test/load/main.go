@@ -10,6 +10,12 @@
 //
 //	go run ./test/load -n 1000,10000 -manager bin/manager
 //
+// With -claims it loads the Cluster API IPAM provider instead (claims.go):
+// C clients create N IPAddressClaims of one Subnet, on a control plane
+// with Cluster API's CRDs, with the webhooks on.
+//
+//	go run ./test/load -claims -n 1000,10000 -webhooks on -manager bin/manager
+//
 // It needs KUBEBUILDER_ASSETS (bin/assets, `make tools`). Figures are
 // printed, never asserted: these machines are shared and noisy.
 package main
@@ -41,23 +47,34 @@ func main() {
 	managerArgs := flag.String("manager-args", "--kube-api-qps=500 --kube-api-burst=1000",
 		"Extra manager flags. The default raises the client-side API limit (50/s) as docs/operations.md advises for large pools; each Subnet costs one status write.")
 	modes := flag.String("webhooks", "on,noop,off", "Runs per N: on (as installed), noop (the same webhook configurations answered by a no-op server with the same TLS: the floor), off (webhook configurations deleted).")
-	profiles := flag.String("profiles", "", "Directory for the manager's CPU (first 30 s of creates) and heap profiles, per N, of the webhooks-on run; empty: none.")
+	profiles := flag.String("profiles", "", "Directory for the manager's CPU (first 30 s of creates; with -claims the 30 s after them) and heap profiles, per N, of the webhooks-on run; empty: none.")
 	managerEnv := flag.String("manager-env", "",
 		"Extra environment for the manager, space-separated NAME=value (GOMEMLIMIT=160MiB, as docs/operations.md suggests sizing it); the control plane's processes do not get it.")
 	records := flag.Bool("records", true, "Wait until the manager has recorded every dynamic Subnet's range in its spec.cidr, so the costs include the records (false for a build from before durable allocations).")
 	restart := flag.Bool("restart", false, "After the creates, restart the manager and report its start-up over the N Subnets: time to ready, peak RSS, RSS after a GC.")
 	out := flag.String("out", "", "Also append the report to this file.")
 	flag.BoolVar(&writePoolNamespace, "write-pool-namespace", false, "The Subnets write their pool's namespace (spec.poolRef.namespace), which admission fills otherwise.")
+	claims := flag.Bool("claims", false, "Cluster API mode: -n counts IPAddressClaims of one Subnet (a /16, explicit) instead of Subnets; needs Cluster API's CRDs in bin/assets (make tools); webhooks on only.")
+	flag.BoolVar(&keepDir, "keep", false, "Keep each run's control plane directory (the processes' logs) and print its path.")
 	flag.IntVar(&tenants, "tenants", 0, "Spread the Subnets over this many tenant namespaces, claiming from the pool of the load's namespace, which allows them all (a platform's shared plan); 0: beside the pool.")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the figures are the output
-	if err := mainErr(*sizes, *clients, *explicitEvery, *manager, *managerArgs, *managerEnv, *modes, *profiles, *out, *restart, *records); err != nil {
+	if *claims {
+		webhooksSet := false
+		flag.Visit(func(f *flag.Flag) { webhooksSet = webhooksSet || f.Name == "webhooks" })
+		if webhooksSet && strings.TrimSpace(*modes) != webhooksOn {
+			fmt.Fprintln(os.Stderr, "load: -claims runs with the webhooks on only (-webhooks on)")
+			os.Exit(2)
+		}
+		*modes = webhooksOn
+	}
+	if err := mainErr(*claims, *sizes, *clients, *explicitEvery, *manager, *managerArgs, *managerEnv, *modes, *profiles, *out, *restart, *records); err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, managerEnv, modes, profiles, out string, restart, records bool) error {
+func mainErr(claims bool, sizes string, clients, explicitEvery int, manager, managerArgs, managerEnv, modes, profiles, out string, restart, records bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	manager, err := filepath.Abs(manager)
@@ -73,11 +90,23 @@ func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, man
 		defer func() { _ = f.Close() }()
 		w = io.MultiWriter(os.Stdout, f)
 	}
+	var ns []int
 	for _, field := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(field))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("-n: %q is not a positive number", field)
 		}
+		ns = append(ns, n)
+	}
+	if claims {
+		cfg := runConfig{
+			clients: clients, webhooks: webhooksOn,
+			manager: manager, managerArgs: strings.Fields(managerArgs), managerEnv: strings.Fields(managerEnv),
+		}
+		cfg.profileDir = profiles // per N below it
+		return claimsMain(ctx, w, ns, cfg, strings.TrimSpace(managerArgs+" "+managerEnv))
+	}
+	for _, n := range ns {
 		results := map[string]*result{}
 		var order []string
 		for _, mode := range strings.Split(modes, ",") {
@@ -106,6 +135,9 @@ func mainErr(sizes string, clients, explicitEvery int, manager, managerArgs, man
 	}
 	return nil
 }
+
+// keepDir: keep each run's control plane directory (-keep).
+var keepDir bool
 
 // report prints one markdown table per N.
 func report(w io.Writer, n, clients, explicitEvery int, managerArgs string, order []string, results map[string]*result) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -155,13 +156,14 @@ func (h histogram) fractionWithin(bound float64) float64 {
 	return math.NaN()
 }
 
-// requestsBy sums apiserver_request_total deltas for the operator's
-// resources by verb, resource and subresource.
-func requestsBy(after, before scrape) map[string]float64 {
+// requestsBy sums apiserver_request_total deltas for the resources of
+// the API groups (the operator's, Cluster API's IPAM) by verb, resource
+// and subresource.
+func requestsBy(after, before scrape, groups ...string) map[string]float64 {
 	out := map[string]float64{}
 	add := func(s scrape, sign float64) {
 		for _, m := range s["apiserver_request_total"].GetMetric() {
-			if label(m, "group") != "ipam.subnet-operator.io" {
+			if !slices.Contains(groups, label(m, "group")) {
 				continue
 			}
 			key := label(m, "verb") + " " + label(m, "resource")

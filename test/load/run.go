@@ -23,6 +23,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -232,46 +233,84 @@ func scheme() (*runtime.Scheme, error) {
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return nil, err
 	}
+	if err := capiipam.AddToScheme(s); err != nil { // the claims mode's IPAddressClaims and IPAddresses
+		return nil, err
+	}
 	return s, ipamv1.AddToScheme(s)
 }
 
-// run starts a fresh control plane and manager, fills one pool and measures.
-func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
+// plane is a fresh control plane with the operator installed and one
+// manager running, and the load's client of it (no client-side limit).
+type plane struct {
+	env       *environment.Environment
+	mgr       *environment.Manager
+	scheme    *runtime.Scheme
+	restCfg   *rest.Config
+	c         client.Client
+	pprofAddr string // the manager's pprof endpoint
+}
+
+// startPlane starts a plane in a temporary directory; stop stops it and
+// removes the directory, unless -keep asked to keep it (its logs).
+func startPlane(ctx context.Context, cfg runConfig, clusterAPI bool) (_ *plane, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "subnet-operator-load-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	removeDir := func() {
+		if keepDir {
+			fmt.Fprintf(os.Stderr, "load: kept %s (logs in %s)\n", dir, filepath.Join(dir, "env"))
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}
 	ports, err := controlplane.FreePorts(1)
 	if err != nil {
-		return nil, err
+		removeDir()
+		return nil, nil, err
 	}
-	pprofAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	p := &plane{pprofAddr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	opts := environment.Options{
-		Dir: filepath.Join(dir, "env"), Manager: cfg.manager, Replicas: 1,
-		ManagerArgs: append([]string{"--pprof-bind-address=" + pprofAddr, "--zap-log-level=error"}, cfg.managerArgs...),
+		Dir: filepath.Join(dir, "env"), Manager: cfg.manager, Replicas: 1, ClusterAPI: clusterAPI,
+		ManagerArgs: append([]string{"--pprof-bind-address=" + p.pprofAddr, "--zap-log-level=error"}, cfg.managerArgs...),
 		ManagerEnv:  cfg.managerEnv,
 	}
 	if cfg.profileDir != "" {
 		opts.APIServerArgs = []string{"--profiling=true"} // the API server is the usual bottleneck: profile it too
 	}
-	env, err := environment.Start(ctx, opts)
-	if err != nil {
-		return nil, err
+	if p.env, err = environment.Start(ctx, opts); err != nil {
+		removeDir()
+		return nil, nil, err
 	}
-	defer env.Stop()
-	mgr := env.Managers[0]
+	stop = func() {
+		p.env.Stop()
+		removeDir()
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	p.mgr = p.env.Managers[0]
+	if p.scheme, err = scheme(); err != nil {
+		return nil, nil, err
+	}
+	p.restCfg = rest.CopyConfig(p.env.Config)
+	p.restCfg.QPS, p.restCfg.Burst = -1, -1 // the clients are the load: no client-side limit
+	if p.c, err = client.New(p.restCfg, client.Options{Scheme: p.scheme}); err != nil {
+		return nil, nil, err
+	}
+	return p, stop, nil
+}
 
-	sch, err := scheme()
+// run starts a fresh control plane and manager, fills one pool and measures.
+func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
+	p, stop, err := startPlane(ctx, cfg, false)
 	if err != nil {
 		return nil, err
 	}
-	restCfg := rest.CopyConfig(env.Config)
-	restCfg.QPS, restCfg.Burst = -1, -1 // the clients are the load: no client-side limit
-	c, err := client.New(restCfg, client.Options{Scheme: sch})
-	if err != nil {
-		return nil, err
-	}
+	defer stop()
+	env, mgr, sch, restCfg, c, pprofAddr := p.env, p.mgr, p.scheme, p.restCfg, p.c, p.pprofAddr
 	if cfg.webhooks == webhooksOff {
 		if _, err := env.Kubectl(ctx, nil, "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "--all"); err != nil {
 			return nil, err
@@ -561,7 +600,7 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	r.poolCompute = after.manager.histogram("subnet_operator_pool_status_compute_seconds", nil).
 		since(before.manager.histogram("subnet_operator_pool_status_compute_seconds", nil))
 	r.managerRequests = after.manager.value("rest_client_requests_total") - before.manager.value("rest_client_requests_total")
-	r.requests = requestsBy(after.apiserver, before.apiserver)
+	r.requests = requestsBy(after.apiserver, before.apiserver, ipamv1.GroupVersion.Group)
 	r.managerCPU = after.procs[mgr.Name].cpuSeconds - before.procs[mgr.Name].cpuSeconds
 	r.apiserverCPU = after.procs["kube-apiserver"].cpuSeconds - before.procs["kube-apiserver"].cpuSeconds
 	r.etcdCPU = after.procs["etcd"].cpuSeconds - before.procs["etcd"].cpuSeconds
