@@ -302,6 +302,13 @@ func (b *book) decideAddress(sa *subnetAddresses, sid claimID, name string, clai
 				"the IPAddress %s belongs to another claim of this name (UID %s); it is released first", name, h.rec.ClaimUID)}
 		}
 	}
+	if other, h := b.addressElsewhere(sid, name); h != nil {
+		// An IPAddress name is unique in its namespace: one of an earlier
+		// claim of this name, in another Subnet, must go first.
+		return AddressDecision{Reason: AddressAllocationFailed, Message: fmt.Sprintf(
+			"the IPAddress %s of an earlier claim of this name still holds %s in Subnet %s; the claim gets an address once it is released and cooled down",
+			name, h.rec.Address, other.key().Name())}
+	}
 	c := b.claim(sid)
 	switch {
 	case c == nil:
@@ -340,6 +347,22 @@ func (b *book) decideAddress(sa *subnetAddresses, sid claimID, name string, clai
 	now := time.Now()
 	sa.hold(&heldAddress{rec: AddressRecord{Namespace: sid.namespace(), Name: name, Subnet: subnetName, Address: addr, ClaimUID: claimUID}, granted: now})
 	return AddressDecision{Address: addr, Prefix: plan.CIDR.Bits(), Gateway: plan.Gateway, Assumed: true, Granted: now, SubnetUID: c.uid}
+}
+
+// addressElsewhere returns the holder of an address under this name in
+// another Subnet of the same namespace, if any. It walks the Subnets that
+// hold addresses (few: those that serve Cluster API), not the addresses.
+func (b *book) addressElsewhere(sid claimID, name string) (claimID, *heldAddress) {
+	ns := sid.namespace()
+	for other, sa := range b.addresses {
+		if other == sid || other.namespace() != ns {
+			continue
+		}
+		if h := sa.byName[name]; h != nil {
+			return other, h
+		}
+	}
+	return "", nil
 }
 
 // lowestFree returns the lowest address of the plan's range that is neither

@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -311,5 +312,31 @@ func TestForgetAddressWakes(t *testing.T) {
 	}
 	if w := decideAddress(l, "b", "m"); w.Address != d.Address {
 		t.Fatalf("b after the withdrawal: %+v", w)
+	}
+}
+
+// An IPAddress name is unique in its namespace: a claim made again under
+// a name whose IPAddress still cools down in another Subnet waits for it
+// instead of being granted an address it cannot write.
+func TestAddressNameHeldInAnotherSubnet(t *testing.T) {
+	l, rec := newLedger()
+	readyAddressSubnet(l, "a", "10.9.0.0/24", "")
+	l.ApplySubnet(ready(explicit("b", "pool", "10.9.1.0/24", 2), "10.9.1.0/24"), Created, nil)
+	old := written("m7", "a", decideAddress(l, "m7", "a"), 10)
+	old.Releasing = time.Now()
+	l.ApplyAddress(old, Created)
+	if d := l.DecideAddress(ns, "m7", "new-uid", "b"); d.Reason != AddressAllocationFailed || !strings.Contains(d.Message, "Subnet a") {
+		t.Fatalf("m7 again, in Subnet b: %+v", d)
+	}
+	if u, ok := l.AddressUsage(ns, "b", 0); ok && u.InUse != 0 {
+		t.Fatalf("Subnet b counts an address it never granted: %+v", u)
+	}
+	rec.events = nil
+	l.DeleteAddress(old)
+	if !woke(rec, "m7") {
+		t.Fatal("m7 was not woken when the old IPAddress went")
+	}
+	if d := l.DecideAddress(ns, "m7", "new-uid", "b"); d.Reason != "" || d.Address.String() != "10.9.1.2" {
+		t.Fatalf("m7 once the old IPAddress went: %+v", d)
 	}
 }
