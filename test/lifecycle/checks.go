@@ -21,7 +21,7 @@ import (
 // persists (an overlap that lasts, a claim that keeps waiting) is reported
 // once.
 type finding struct {
-	Check  string // S1..S5 (safety, on the history), L1..L4 (liveness, at quiescence), H (the recorder itself)
+	Check  string // S1..S5 and A1..A6 (safety, on the history), L1..L6 (liveness, at quiescence), H (the recorder itself)
 	Key    string
 	Detail string
 }
@@ -59,6 +59,7 @@ func checkQuiescent(objs []obj, labels map[string]map[string]string) quiescentRe
 	for _, name := range slices.Sorted(maps.Keys(w.pools)) {
 		r.checkPool(w, w.pools[name])
 	}
+	r.checkAddresses(w) // L5, L6: addresses.go
 	return r
 }
 
@@ -67,6 +68,12 @@ func (r *quiescentReport) checkSubnet(w *world, s *obj) {
 	r.checks++
 	ready := s.ready()
 	switch {
+	case s.Deleting && len(w.inUse(s.path())) > 0:
+		// Its address-protection finalizer keeps it while IPAddresses of
+		// it are in use (L6). The deletionTimestamp bumped its generation,
+		// and the controller leaves a Subnet being deleted alone.
+	case s.Deleting:
+		r.add("L1", id(s, "deleting"), "Subnet has a deletionTimestamp: %s", s)
 	case ready == nil:
 		r.add("L1", id(s, "no-ready"), "Subnet has no Ready condition: %s", s)
 		return
@@ -74,8 +81,9 @@ func (r *quiescentReport) checkSubnet(w *world, s *obj) {
 		r.add("L1", id(s, "generation"), "Subnet status is not for its generation: %s", s)
 	case ready.Reason == ipamv1.ReasonPending:
 		r.add("L1", id(s, "pending"), "Subnet is still Pending: %s", s)
-	case s.Deleting:
-		r.add("L1", id(s, "deleting"), "Subnet has a deletionTimestamp: %s", s)
+	}
+	if ready == nil {
+		return
 	}
 	if ready.Status == metav1.ConditionTrue {
 		// Durable allocations: what a Ready Subnet holds is in its spec,
@@ -435,6 +443,9 @@ type timeline struct {
 	// its status.cidr was ever set.
 	specs     []string
 	statusSet bool
+	// boundTo: the IPAddress an IPAddressClaim was first Ready with (at
+	// readyAt).
+	boundTo string
 }
 
 // at returns the version in effect at revision rv, or nil if the object
@@ -473,6 +484,8 @@ type replayer struct {
 	lastRV   uint64
 	reported map[string]bool
 	findings []finding
+	// addr is the state of the Cluster API objects (addresses.go).
+	addr addressReplay
 
 	events, s1Checks, s1Skipped, s2Checks, s3Checks, s5Checks int
 	s5Across                                                  int // grants to claims from another namespace than their pool's
@@ -482,7 +495,7 @@ func newReplayer() *replayer {
 	return &replayer{
 		current: map[string]*obj{}, timelines: map[types.UID]*timeline{}, claims: map[string]map[string]*obj{},
 		claimUIDs: map[string][]types.UID{}, poolVersions: map[string][]*obj{}, deletes: map[string][]deleteMark{},
-		reported: map[string]bool{},
+		reported: map[string]bool{}, addr: newAddressReplay(),
 	}
 }
 
@@ -540,6 +553,10 @@ func (r *replayer) apply(ev event) {
 	}
 	tl.versions = append(tl.versions, &v)
 	tl.received = append(tl.received, ev.Received)
+	if v.Kind == kindClaim || v.Kind == kindAddress {
+		r.applyCAPI(ev, &v, old, tl, !inGap && !ev.Relisted)
+		return
+	}
 	if v.Kind == kindPool {
 		pk := v.Namespace + "/" + v.Name
 		r.poolVersions[pk] = append(r.poolVersions[pk], &v)
@@ -547,6 +564,9 @@ func (r *replayer) apply(ev event) {
 	r.checkNeverRevoked(tl, &v)
 
 	if ev.Type == "DELETED" {
+		if v.Kind == kindSubnet && !inGap && !ev.Relisted {
+			r.checkSubnetGone(&v)
+		}
 		r.remove(&v, v.RV)
 		r.deletes[v.Namespace] = append(r.deletes[v.Namespace], deleteMark{kind: v.Kind, rv: v.RV, received: ev.Received})
 		return
@@ -575,6 +595,9 @@ func (r *replayer) remove(v *obj, rv uint64) {
 	delete(r.current, v.key())
 	if v.isClaim() {
 		delete(r.claims[v.Ref], v.key())
+	}
+	if v.Kind == kindAddress {
+		r.addressGone(v)
 	}
 	if tl := r.timelines[v.UID]; tl != nil && tl.deleted == 0 {
 		tl.deleted = rv
@@ -909,10 +932,10 @@ func (a *admissionChecker) skip(c2 *opRecord, ops []*opRecord, longest time.Dura
 
 // concurrent: o ran at the same time as c2 on what c2's freshness reads
 // count: c2's namespace, or every namespace for a claim on a shared pool.
-// (Faults and namespace label changes have no namespace: they create and
-// delete no Subnet or pool.)
+// (Faults and namespace label changes have no namespace, and
+// IPAddressClaims are no Subnets or pools: they create and delete none.)
 func concurrent(o, c2 *opRecord) bool {
-	return o != c2 && o.Namespace != "" && (o.Namespace == c2.Namespace || c2.Shared) &&
+	return o != c2 && o.Namespace != "" && o.Kind != kindClaim && (o.Namespace == c2.Namespace || c2.Shared) &&
 		o.Start.Before(c2.End) && c2.Start.Before(o.End)
 }
 

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -187,6 +188,8 @@ func (d *driver) send(ctx context.Context, r *request, rec *opRecord) error {
 		o = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rec.Name}}
 	case kindSubnet:
 		o = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name}}
+	case kindClaim:
+		o = &capiipam.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name}}
 	default:
 		o = &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name}}
 	}

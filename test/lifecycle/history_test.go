@@ -16,17 +16,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
-// recorder keeps the full history of Subnets and SubnetPools in the test's
-// namespaces: one watch per kind, across all namespaces, started from a
-// listing's resourceVersion before the first operation. A resourceVersion
-// is the store's revision, global across kinds, so the two streams merge
-// into one exact order. Events of other namespaces (the fence's) are not
-// kept, but they show how far each stream has come.
+// recorder keeps the full history of Subnets, SubnetPools, IPAddressClaims
+// and IPAddresses in the test's namespaces: one watch per kind, across all
+// namespaces, started from a listing's resourceVersion before the first
+// operation. A resourceVersion is the store's revision, global across kinds
+// (custom resources all live in the one etcd), so the streams merge into
+// one exact order. Events of other namespaces (the fence's) are not kept,
+// but they show how far each stream has come.
 type recorder struct {
 	c          client.WithWatch
 	namespaces map[string]bool
@@ -50,6 +53,9 @@ type recorder struct {
 	done sync.WaitGroup
 }
 
+// recordedKinds are the kinds the recorder watches.
+var recordedKinds = []string{kindSubnet, kindPool, kindClaim, kindAddress}
+
 func startRecorder(ctx context.Context, c client.WithWatch, namespaces []string) (*recorder, error) {
 	r := &recorder{
 		c: c, namespaces: map[string]bool{},
@@ -60,7 +66,7 @@ func startRecorder(ctx context.Context, c client.WithWatch, namespaces []string)
 		r.namespaces[ns] = true
 	}
 	ctx, r.stop = context.WithCancel(ctx)
-	for _, kind := range []string{kindSubnet, kindPool} {
+	for _, kind := range recordedKinds {
 		r.state[kind] = map[string]obj{}
 		rv, objs, err := r.list(ctx, kind)
 		if err != nil {
@@ -87,8 +93,13 @@ func (r *recorder) close() {
 }
 
 func newList(kind string) client.ObjectList {
-	if kind == kindSubnet {
+	switch kind {
+	case kindSubnet:
 		return &ipamv1.SubnetList{}
+	case kindClaim:
+		return &capiipam.IPAddressClaimList{}
+	case kindAddress:
+		return &capiipam.IPAddressList{}
 	}
 	return &ipamv1.SubnetPoolList{}
 }
@@ -113,6 +124,20 @@ func (r *recorder) list(ctx context.Context, kind string) (uint64, []obj, error)
 		for i := range l.Items {
 			if r.namespaces[l.Items[i].Namespace] {
 				out = append(out, fromPool(&l.Items[i]))
+			}
+		}
+		return parseRV(l.ResourceVersion), out, nil
+	case *capiipam.IPAddressClaimList:
+		for i := range l.Items {
+			if r.namespaces[l.Items[i].Namespace] {
+				out = append(out, fromClaim(&l.Items[i]))
+			}
+		}
+		return parseRV(l.ResourceVersion), out, nil
+	case *capiipam.IPAddressList:
+		for i := range l.Items {
+			if r.namespaces[l.Items[i].Namespace] {
+				out = append(out, fromAddress(&l.Items[i]))
 			}
 		}
 		return parseRV(l.ResourceVersion), out, nil
@@ -169,6 +194,10 @@ func (r *recorder) consume(kind string, w watch.Interface, rv uint64) (uint64, e
 				o = fromSubnet(x)
 			case *ipamv1.SubnetPool:
 				o = fromPool(x)
+			case *capiipam.IPAddressClaim:
+				o = fromClaim(x)
+			case *capiipam.IPAddress:
+				o = fromAddress(x)
 			default:
 				continue
 			}
@@ -301,13 +330,13 @@ func (r *recorder) waitFor(ctx context.Context, kind string, rv uint64, timeout 
 	}
 }
 
-// take hands out the events up to cut that were not handed out yet, both
-// kinds merged in RV order, and the gaps noted so far.
+// take hands out the events up to cut that were not handed out yet, every
+// kind merged in RV order, and the gaps noted so far.
 func (r *recorder) take(cut uint64) ([]event, []gap, []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []event
-	for _, kind := range []string{kindSubnet, kindPool} {
+	for _, kind := range recordedKinds {
 		evs := r.events[kind]
 		i := 0
 		for i < len(evs) && evs[i].Obj.RV <= cut {
@@ -338,7 +367,14 @@ func newFence(ctx context.Context, c client.Client, namespace string) (*fence, e
 	f := &fence{c: c, namespace: namespace}
 	pool := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: ipamv1.SubnetPoolSpec{CIDR: "192.168.255.0/24"}}
 	subnet := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "fence"}, CIDR: "192.168.255.0/28"}}
-	for _, o := range []client.Object{pool, subnet} {
+	// The Cluster API fences name a pool of another kind, which the
+	// operator leaves alone: they only ever change by the fence's writes.
+	other := capiipam.IPPoolReference{APIGroup: "fence.lifecycle.test", Kind: "Fence", Name: "fence"}
+	claim := &capiipam.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: capiipam.IPAddressClaimSpec{PoolRef: other}}
+	address := &capiipam.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: capiipam.IPAddressSpec{
+		ClaimRef: capiipam.IPAddressClaimReference{Name: "fence"}, PoolRef: other, Address: "192.168.255.1", Prefix: ptr.To[int32](24),
+	}}
+	for _, o := range []client.Object{pool, subnet, claim, address} {
 		if err := retryTransient(ctx, func(ctx context.Context) error { return c.Create(ctx, o) }); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating the fence %T: %w", o, err)
 		}
@@ -346,14 +382,16 @@ func newFence(ctx context.Context, c client.Client, namespace string) (*fence, e
 	return f, nil
 }
 
-// raise writes both fence objects and returns the revisions of the writes.
+// raise writes every fence object and returns the revisions of the writes.
 func (f *fence) raise(ctx context.Context) (map[string]uint64, error) {
 	f.n++
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{"lifecycle.test/fence":"%d"}}}`, f.n))
 	out := map[string]uint64{}
 	for kind, o := range map[string]client.Object{
-		kindSubnet: &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "fence"}},
-		kindPool:   &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "fence"}},
+		kindSubnet:  &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "fence"}},
+		kindPool:    &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "fence"}},
+		kindClaim:   &capiipam.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "fence"}},
+		kindAddress: &capiipam.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "fence"}},
 	} {
 		if err := retryTransient(ctx, func(ctx context.Context) error { return f.c.Patch(ctx, o, patch) }); err != nil {
 			return nil, fmt.Errorf("raising the %s fence: %w", kind, err)
@@ -363,15 +401,15 @@ func (f *fence) raise(ctx context.Context) (map[string]uint64, error) {
 	return out, nil
 }
 
-// sync brings the history up to now, at quiescence: it lists both kinds,
-// raises the fence, waits for both streams to show it, and checks that the
+// sync brings the history up to now, at quiescence: it lists every kind,
+// raises the fence, waits for every stream to show it, and checks that the
 // history's state at each listing's revision is the listing (same objects,
 // same resourceVersions). It returns the events up to the fence, merged,
 // with the gaps and the recorder's problems (H findings).
 func (r *recorder) sync(ctx context.Context, f *fence, rep *replayer) ([]event, []finding, error) {
 	listRV := map[string]uint64{}
 	listed := map[string][]obj{}
-	for _, kind := range []string{kindSubnet, kindPool} {
+	for _, kind := range recordedKinds {
 		rv, objs, err := r.list(ctx, kind)
 		if err != nil {
 			return nil, nil, err
@@ -387,7 +425,13 @@ func (r *recorder) sync(ctx context.Context, f *fence, rep *replayer) ([]event, 
 			return nil, nil, err
 		}
 	}
-	events, gaps, problems := r.take(min(fences[kindSubnet], fences[kindPool]))
+	cut := uint64(0)
+	for _, rv := range fences {
+		if cut == 0 || rv < cut {
+			cut = rv
+		}
+	}
+	events, gaps, problems := r.take(cut)
 	var findings []finding
 	for _, p := range problems {
 		findings = append(findings, finding{Check: "H", Key: "H/" + p, Detail: p})
@@ -398,7 +442,7 @@ func (r *recorder) sync(ctx context.Context, f *fence, rep *replayer) ([]event, 
 	for _, ev := range events {
 		rep.apply(ev)
 	}
-	for _, kind := range []string{kindSubnet, kindPool} {
+	for _, kind := range recordedKinds {
 		want := map[string]uint64{}
 		for _, o := range listed[kind] {
 			want[o.key()] = o.RV

@@ -19,8 +19,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -44,31 +47,36 @@ const (
 
 var (
 	env  *environment.Environment
-	k8s  client.Client
 	runs int
 )
 
 func TestMain(m *testing.M) {
 	opts := environment.Options{
 		Replicas: 2,
+		// Cluster API's CRDs before the replicas start: they serve
+		// IPAddressClaims of Subnets (on: or fail to start).
+		ClusterAPI: true,
 		ManagerArgs: []string{
 			"--leader-elect-lease-duration=" + leaseDuration.String(),
 			"--leader-elect-renew-deadline=" + renewDeadline.String(),
 			"--leader-elect-retry-period=" + retryPeriod.String(),
 			"--audit-interval=1s",
+			"--cluster-api-ipam=on",
+			"--address-reuse-after=" + addressReuseAfter.String(),
 		},
 	}
-	os.Exit(environment.Main(m, opts, true, func(e *environment.Environment, c client.Client) {
-		env, k8s = e, c
+	os.Exit(environment.Main(m, opts, true, func(e *environment.Environment, _ client.Client) {
+		env = e
 	}))
 }
 
 // TestLifecycle drives a seeded random sequence of operations through the
 // API server in phases. After each phase, once every operation has
-// returned, it checks the settled state (L1-L4, polled until they pass or
+// returned, it checks the settled state (L1-L6, polled until they pass or
 // -lifecycle.settle passes), brings the recorded history up to date, and
-// replays it in revision order checking S1-S3 after every event and S4 on
-// the phase's explicit creates. See checks.go for the rules.
+// replays it in revision order checking S1-S3 and A1-A6 after every event
+// and S4 on the phase's explicit creates. See checks.go and addresses.go
+// for the rules.
 func TestLifecycle(t *testing.T) {
 	started := time.Now()
 	seed := rand.Uint64()
@@ -220,12 +228,20 @@ func (l *lifecycle) endPhase(ctx context.Context) {
 
 // watchClient is a client for the cluster admin that can watch, without a
 // client-side rate limit and without printing the API's warnings (a Subnet
-// created before its pool gets one, by design).
+// created before its pool gets one, by design). It knows Cluster API's
+// IPAM types (Go types: `kubectl get ipaddresses` would name the built-in
+// networking.k8s.io kind).
 func watchClient() (client.WithWatch, error) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, ipamv1.AddToScheme, capiipam.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = -1, -1
 	cfg.WarningHandler = rest.NoWarnings{}
-	return client.NewWithWatch(cfg, client.Options{Scheme: k8s.Scheme()})
+	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 }
 
 // awaitQuiescent polls the liveness checks on fresh listings until they
@@ -253,7 +269,8 @@ func awaitQuiescent(ctx context.Context, c client.Client, namespaces []string, r
 	}
 }
 
-// listAll lists the namespaces' Subnets and pools, and reads their labels.
+// listAll lists the namespaces' Subnets, pools, IPAddressClaims and
+// IPAddresses, and reads their labels.
 func listAll(ctx context.Context, c client.Client, namespaces []string) ([]obj, map[string]map[string]string, error) {
 	var out []obj
 	labels := map[string]map[string]string{}
@@ -276,6 +293,20 @@ func listAll(ctx context.Context, c client.Client, namespaces []string) ([]obj, 
 		}
 		for i := range subnets.Items {
 			out = append(out, fromSubnet(&subnets.Items[i]))
+		}
+		var claims capiipam.IPAddressClaimList
+		if err := retryTransient(ctx, func(ctx context.Context) error { return c.List(ctx, &claims, client.InNamespace(ns)) }); err != nil {
+			return nil, nil, err
+		}
+		var addrs capiipam.IPAddressList
+		if err := retryTransient(ctx, func(ctx context.Context) error { return c.List(ctx, &addrs, client.InNamespace(ns)) }); err != nil {
+			return nil, nil, err
+		}
+		for i := range claims.Items {
+			out = append(out, fromClaim(&claims.Items[i]))
+		}
+		for i := range addrs.Items {
+			out = append(out, fromAddress(&addrs.Items[i]))
 		}
 	}
 	return out, labels, nil
@@ -356,8 +387,9 @@ func summary(seed uint64, records []*opRecord, l *lifecycle, wall time.Duration)
 		skipped = append(skipped, fmt.Sprintf("%d %s", adm.skipped[why], why))
 		skippedN += adm.skipped[why]
 	}
-	fmt.Fprintf(&b, "  checks: S1 %d (%d skipped in watch gaps), S2 %d, S3 %d, S5 %d (%d grants across namespaces), S4 %d explicit creates judged (%d pairs skipped: a deletion and the claim may both have been undelivered), %d not judged (%s), L1-L4 %d objects checked at quiescence\n",
+	fmt.Fprintf(&b, "  checks: S1 %d (%d skipped in watch gaps), S2 %d, S3 %d, S5 %d (%d grants across namespaces), S4 %d explicit creates judged (%d pairs skipped: a deletion and the claim may both have been undelivered), %d not judged (%s), L1-L6 %d objects checked at quiescence\n",
 		rep.s1Checks, rep.s1Skipped, rep.s2Checks, rep.s3Checks, rep.s5Checks, rep.s5Across, adm.checked, adm.pairsSkipped, skippedN, strings.Join(skipped, "; "), l.lchecks)
+	fmt.Fprintf(&b, "  addresses: %s\n", addressSummary(records, rep))
 	fmt.Fprintf(&b, "  grandfathered claims seen (held outside their pool's range or on its reserved ranges): %d\n", len(rpt.grandfathered))
 	for _, uid := range slices.Sorted(maps.Keys(rpt.grandfathered)) {
 		fmt.Fprintf(&b, "    %s\n", rpt.grandfathered[uid])
@@ -390,6 +422,26 @@ func reasonsSeen(rep *replayer) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, len(seen[k])))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// addressSummary says what the Cluster API part of a run did and checked.
+func addressSummary(records []*opRecord, rep *replayer) string {
+	created, foreign, deleted := 0, 0, 0
+	for _, o := range records {
+		switch {
+		case o.Kind != kindClaim:
+		case o.Verb == "create" && o.Outcome == outcomeCreated:
+			created++
+			if o.Ref == "" {
+				foreign++
+			}
+		case o.Verb == "delete" && o.Outcome == outcomeDeleted:
+			deleted++
+		}
+	}
+	a := rep.addr
+	return fmt.Sprintf("%d IPAddressClaims created (%d of another kind of pool), %d deleted; %d bound (A6); %d IPAddresses created (A1, A2, A5), %d of them an address handed out again after a release (A3), %d released (A6), %d went (A3; at most %s after their deletion); %d Subnet deletions with IPAddresses (A4)",
+		created, foreign, deleted, a.bound, a.created, a.reused, a.released, a.went, a.cooledMax.Round(time.Millisecond), a.subnetsGone)
 }
 
 // outcomeLabel is an operation's outcome for the summary, with the rule a

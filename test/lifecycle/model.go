@@ -18,10 +18,11 @@
 // records every object version; lifecycle_test.go runs the phases and
 // reports.
 //
-// This file and checks.go are the model and the checks: pure functions of
-// object versions and the operation log, built on net/netip and
-// go4.org/netipx only. They do not import the operator's ipspace,
-// statuscalc, ledger, webhooks or reconcilers: a checker that shares the
+// This file and checks.go are the model and the checks, and addresses.go
+// the model and checks of Cluster API IPAddressClaims answered from
+// Subnets: pure functions of object versions and the operation log, built
+// on net/netip and go4.org/netipx only. They do not import the operator's ipspace,
+// statuscalc, ledger, capi, webhooks or reconcilers: a checker that shares the
 // code it checks shares its bugs. They carry no build tag, so
 // `go test ./test/lifecycle` runs their unit tests without a control plane.
 package lifecycle
@@ -33,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -50,9 +52,10 @@ const (
 	kindNamespace = "Namespace"
 )
 
-// obj is one version of a Subnet or a SubnetPool: the fields the model
-// reads, parsed from an object at the boundary (fromSubnet, fromPool). The
-// history keeps one per watch event, so it is small.
+// obj is one version of a Subnet, a SubnetPool, an IPAddressClaim or an
+// IPAddress: the fields the model reads, parsed from an object at the
+// boundary (fromSubnet, fromPool, fromClaim, fromAddress). The history
+// keeps one per watch event, so it is small.
 type obj struct {
 	Kind       string
 	Namespace  string
@@ -78,6 +81,31 @@ type obj struct {
 	Conditions         []metav1.Condition
 	// Figures is a pool's status without its conditions; nil for a Subnet.
 	Figures *ipamv1.SubnetPoolStatus
+
+	// Finalizers, and when the object was created and deleted (its
+	// deletionTimestamp; zero while it is not): the cool-down is counted
+	// from these, at the API server's second precision.
+	Finalizers         []string
+	Created, DeletedAt time.Time
+	// Gateway is a Subnet's or an IPAddress's spec.gateway.
+	Gateway string
+	// IPAddresses is a Subnet's status.ipAddresses.
+	IPAddresses *ipamv1.IPAddressUsage
+
+	// Cluster API (addresses.go). PoolRef is a claim's or an IPAddress's
+	// spec.poolRef as "apiGroup/kind/name"; Pool the Subnet it names, as
+	// "namespace/name", or "" if it names another kind of pool.
+	PoolRef, Pool string
+	// An IPAddress's spec.address, spec.prefix and spec.claimRef.name, its
+	// controller owner reference, and the UID its owner reference to a
+	// Subnet names.
+	Address   string
+	Prefix    *int32
+	ClaimRef  string
+	Owner     *metav1.OwnerReference
+	SubnetUID types.UID
+	// AddressRef is a claim's status.addressRef.name.
+	AddressRef string
 }
 
 func fromSubnet(s *ipamv1.Subnet) obj {
@@ -87,7 +115,16 @@ func fromSubnet(s *ipamv1.Subnet) obj {
 		Ref: refOf(s.Namespace, &s.Spec.PoolRef), CIDR: s.Spec.CIDR, PrefixLength: s.Spec.PrefixLength,
 		StatusCIDR: s.Status.CIDR, ObservedGeneration: s.Status.ObservedGeneration,
 		Conditions: slices.Clone(s.Status.Conditions),
+		Finalizers: slices.Clone(s.Finalizers), Created: s.CreationTimestamp.Time, DeletedAt: timeOf(s.DeletionTimestamp),
+		Gateway: s.Spec.Gateway, IPAddresses: s.Status.IPAddresses.DeepCopy(),
 	}
+}
+
+func timeOf(t *metav1.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
 }
 
 // refOf is the model's Ref of a reference made from namespace: the pool's
@@ -137,6 +174,9 @@ func (o *obj) refNamespace() string {
 // String describes a version for a report: enough to find it in the
 // operation log and the manager's logs.
 func (o *obj) String() string {
+	if o.Kind == kindClaim || o.Kind == kindAddress {
+		return o.capiString()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s uid=%s rv=%d gen=%d", o.key(), shortUID(o.UID), o.RV, o.Generation)
 	if o.Deleting {
@@ -149,6 +189,9 @@ func (o *obj) String() string {
 		}
 		if o.PrefixLength != nil {
 			fmt.Fprintf(&b, " prefixLength:%d", *o.PrefixLength)
+		}
+		if o.Gateway != "" {
+			fmt.Fprintf(&b, " gateway:%s", o.Gateway)
 		}
 		b.WriteString("}")
 	} else {
@@ -199,8 +242,9 @@ func (o *obj) readyReason() string {
 	return ""
 }
 
-// isClaim: a Subnet, or a child pool (a claim on its parent).
-func (o *obj) isClaim() bool { return o.Kind == kindSubnet || o.Ref != "" }
+// isClaim: a Subnet, or a child pool (a claim on its parent). (An
+// IPAddressClaim is no claim on IP space of a pool: addresses.go.)
+func (o *obj) isClaim() bool { return o.Kind == kindSubnet || (o.Kind == kindPool && o.Ref != "") }
 
 // held is the range a claim holds: a Subnet's status.cidr while Ready, a
 // child pool's status.cidr whatever its Ready (the range its parent
@@ -422,17 +466,31 @@ type world struct {
 	claims map[string][]*obj
 	// labels are the namespaces' labels, for consent.
 	labels map[string]map[string]string
+	// addrClaims and addrs are the IPAddressClaims and IPAddresses by
+	// "namespace/name"; addrsOf the IPAddresses of each Subnet (by its
+	// "namespace/name", whether or not it exists), by key.
+	addrClaims, addrs map[string]*obj
+	addrsOf           map[string][]*obj
 }
 
 // newWorld indexes objects; labels are the namespaces' labels.
 func newWorld(objs []obj, labels map[string]map[string]string) *world {
-	w := &world{pools: map[string]*obj{}, subnets: map[string]*obj{}, claims: map[string][]*obj{}, labels: labels}
+	w := &world{pools: map[string]*obj{}, subnets: map[string]*obj{}, claims: map[string][]*obj{}, labels: labels,
+		addrClaims: map[string]*obj{}, addrs: map[string]*obj{}, addrsOf: map[string][]*obj{}}
 	for i := range objs {
 		o := &objs[i]
-		if o.Kind == kindPool {
+		switch o.Kind {
+		case kindPool:
 			w.pools[o.path()] = o
-		} else {
+		case kindSubnet:
 			w.subnets[o.path()] = o
+		case kindClaim:
+			w.addrClaims[o.path()] = o
+		case kindAddress:
+			w.addrs[o.path()] = o
+			if o.Pool != "" {
+				w.addrsOf[o.Pool] = append(w.addrsOf[o.Pool], o)
+			}
 		}
 		if o.isClaim() {
 			w.claims[o.Ref] = append(w.claims[o.Ref], o)
@@ -440,6 +498,9 @@ func newWorld(objs []obj, labels map[string]map[string]string) *world {
 	}
 	for _, cs := range w.claims {
 		slices.SortFunc(cs, func(a, b *obj) int { return strings.Compare(a.key(), b.key()) })
+	}
+	for _, as := range w.addrsOf {
+		slices.SortFunc(as, func(a, b *obj) int { return strings.Compare(a.key(), b.key()) })
 	}
 	return w
 }

@@ -16,6 +16,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -45,6 +46,9 @@ const (
 	opRestart         = "restart-manager"
 	opHandOver        = "hand-over"
 	opFlipTenant      = "flip-tenant-label"
+	opCreateClaim     = "create-address-claim"
+	opDeleteClaim     = "delete-address-claim"
+	opClaimBurst      = "address-claim-burst"
 )
 
 // tenantLabel marks the namespaces the platform namespace's pools allow
@@ -73,7 +77,8 @@ func platformConsent() *ipamv1.AllowedNamespaces {
 //	delete-pool                2    refused while in use
 //	drain-pool                 3    delete a pool's Subnets and child pools, then the pool (finalizer), sometimes
 //	                                racing a new Subnet of it; pool names are re-used
-//	create-explicit-subnet    20    spec.cidr in, near or over a pool and its claims; before the pool exists
+//	create-explicit-subnet    20    spec.cidr in, near or over a pool and its claims; before the pool exists; 1 in 10
+//	                                with a spec.gateway (often among the first addresses), for claims of it
 //	create-dynamic-subnet     20    spec.prefixLength, or none (the pool's default); exhaustion
 //	delete-subnet             12    space returns: waiters must be woken
 //	recreate-subnet            8    delete and create under the same name at once, same or other spec
@@ -93,6 +98,19 @@ func platformConsent() *ipamv1.AllowedNamespaces {
 //	hand-over                  1    SIGTERM the leader during a burst; the other takes the lease; restart it
 //	flip-tenant-label          2    add or remove a tenant namespace's label that the platform's pools select:
 //	                                its claims keep their ranges, new ones are refused, waiting ones granted
+//	create-address-claim       6    a Cluster API IPAddressClaim of a Subnet of its namespace (mostly one believed
+//	                                to exist, Ready or not; sometimes a missing one; 1 in 20 another kind of pool)
+//	delete-address-claim       3    its address is released: kept for the cool-down, then handed out again
+//	address-claim-burst        3    a small Subnet (/29-/32, /125-/128; sometimes explicit with a gateway) and 4-9
+//	                                claims on it at once, half deleted again 0.2-1.5 s later (some then created
+//	                                again under the same name) and 0-2 more 1-4 s later: exhaustion, release,
+//	                                reuse after the cool-down; sometimes the Subnet is deleted while its addresses
+//	                                are in use (its finalizer holds it)
+//
+// A delete-subnet deletes the Subnet's claims first half the time (else the
+// Subnet waits for them, terminating), a drain-pool mostly; the bursts of
+// burst, hand-over and restart-manager include a few claim creates and
+// deletes.
 //
 // Across namespaces: the platform namespace's pools allow the namespaces
 // labelled tenant; 3 in 10 Subnets and 1 in 4 child pools of a tenant
@@ -105,6 +123,7 @@ var opMix = []struct {
 	{opRemoveReserved, 2}, {opChangeLengths, 3}, {opDeletePool, 2}, {opDrainPool, 3}, {opCreateExplicit, 20}, {opCreateDynamic, 20},
 	{opDeleteSubnet, 12}, {opRecreateSubnet, 8}, {opBurst, 2}, {opRacePoolEdit, 4}, {opChildShrink, 1}, {opFlashRecreate, 2},
 	{opRestoreSubnet, 3}, {opRestart, 1}, {opHandOver, 1}, {opFlipTenant, 2},
+	{opCreateClaim, 6}, {opDeleteClaim, 3}, {opClaimBurst, 3},
 }
 
 // Names come from small pools, so that objects are re-created under a name
@@ -112,6 +131,7 @@ var opMix = []struct {
 const (
 	poolNames   = 8
 	subnetNames = 40
+	claimNames  = 16
 )
 
 // ---- the generator ----
@@ -134,6 +154,7 @@ type nsPlan struct {
 	index   int
 	pools   map[string]*poolPlan
 	subnets map[string]*subnetPlan
+	claims  map[string]*claimPlan
 	// platform: its pools allow namespaces labelled tenant; tenant: it is
 	// labelled so (as believed).
 	platform, tenant bool
@@ -152,6 +173,12 @@ type subnetPlan struct {
 	pool   string // a name, or "namespace/name" for a pool in another namespace
 	cidr   netip.Prefix
 	length *int32
+}
+
+// claimPlan is an IPAddressClaim: of a Subnet of its namespace, or ("") of
+// another kind of pool.
+type claimPlan struct {
+	subnet string
 }
 
 // operation is one draw: requests run in order, except the last
@@ -191,7 +218,7 @@ type request struct {
 func newGenerator(seed uint64, namespaces []string, platform string, tenants []string) *generator {
 	g := &generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	for i, ns := range namespaces {
-		plan := &nsPlan{name: ns, index: i, pools: map[string]*poolPlan{}, subnets: map[string]*subnetPlan{},
+		plan := &nsPlan{name: ns, index: i, pools: map[string]*poolPlan{}, subnets: map[string]*subnetPlan{}, claims: map[string]*claimPlan{},
 			platform: ns == platform, tenant: slices.Contains(tenants, ns)}
 		g.nss = append(g.nss, plan)
 		if plan.platform {
@@ -242,6 +269,7 @@ func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys
 
 func poolName(i int) string   { return fmt.Sprintf("p%d", i) }
 func subnetName(i int) string { return fmt.Sprintf("s%d", i) }
+func claimName(i int) string  { return fmt.Sprintf("m%d", i) } // a machine's
 
 // next draws an operation.
 func (g *generator) next() *operation {
@@ -289,6 +317,8 @@ func (g *generator) make(kind string) *operation {
 		return g.drainPool(ns)
 	case opFlipTenant:
 		return g.flipTenant()
+	case opClaimBurst:
+		return g.claimBurst(ns)
 	case opRecreateSubnet:
 		names := sortedKeys(ns.subnets)
 		if len(names) == 0 {
@@ -330,6 +360,31 @@ func (g *generator) make(kind string) *operation {
 			name = g.pick(names)
 		}
 		r = g.deleteSubnet(ns, name)
+		// Half the time its claims go first, as a cluster's machines would;
+		// otherwise the Subnet waits for them, terminating.
+		if claims := g.claimsOf(ns, name); len(claims) > 0 && g.chance(0.5) {
+			op := &operation{kind: kind}
+			for _, c := range claims {
+				d := g.deleteClaim(ns, c)
+				d.rec.Op = kind
+				op.requests = append(op.requests, d)
+			}
+			op.requests = append(op.requests, r)
+			return op
+		}
+	case opCreateClaim:
+		name, ok := g.freeClaimName(ns, nil)
+		if !ok {
+			return g.make(opDeleteClaim)
+		}
+		r = g.newClaim(ns, name)
+	case opDeleteClaim:
+		names := sortedKeys(ns.claims)
+		name := claimName(g.rng.IntN(claimNames))
+		if len(names) > 0 && g.chance(0.9) {
+			name = g.pick(names)
+		}
+		r = g.deleteClaim(ns, name)
 	}
 	return &operation{kind: kind, requests: []*request{r}}
 }
@@ -403,6 +458,13 @@ func (g *generator) drain(ns *nsPlan, pool string, seen map[string]bool) []*requ
 	}
 	for _, name := range sortedKeys(ns.subnets) {
 		if ns.subnets[name].pool == pool {
+			if g.chance(0.8) { // its claims first, mostly: else it waits for them
+				for _, c := range g.claimsOf(ns, name) {
+					d := g.deleteClaim(ns, c)
+					d.rec.Op = opDrainPool
+					out = append(out, d)
+				}
+			}
 			r := g.deleteSubnet(ns, name)
 			r.rec.Op = opDrainPool
 			out = append(out, r)
@@ -629,7 +691,25 @@ func (g *generator) burst(n int) []*request {
 		existing := sortedKeys(ns.subnets)
 		var r *request
 		switch x := g.rng.Float64(); {
-		case x < 0.07:
+		case x < 0.06:
+			// A claim created or deleted: faults strike claims in flight.
+			claims := sortedKeys(ns.claims)
+			if len(claims) > 0 && g.chance(0.4) {
+				name := g.pick(claims)
+				if taken[ns.name+"/claim/"+name] {
+					continue
+				}
+				taken[ns.name+"/claim/"+name] = true
+				r = g.deleteClaim(ns, name)
+				break
+			}
+			name, ok := g.freeClaimName(ns, taken)
+			if !ok {
+				continue
+			}
+			taken[ns.name+"/claim/"+name] = true
+			r = g.newClaim(ns, name)
+		case x < 0.13:
 			pools := sortedKeys(ns.pools)
 			if len(pools) == 0 {
 				continue
@@ -641,7 +721,7 @@ func (g *generator) burst(n int) []*request {
 			taken[ns.name+"/pool/"+pool] = true
 			kinds := []string{opAddReserved, opAddReserved, opShrinkPool, opGrowPool, opRemoveReserved}
 			r = g.editPoolNamed(ns, pool, kinds[g.rng.IntN(len(kinds))])
-		case x < 0.17 && len(existing) > 0:
+		case x < 0.23 && len(existing) > 0:
 			name := g.pick(existing)
 			if taken[ns.name+"/"+name] {
 				continue
@@ -1040,7 +1120,11 @@ func (g *generator) newSubnet(ns *nsPlan, name string, explicit bool) *request {
 		}
 		cidr = g.within(area, length)
 	}
-	return g.subnetRequest(ns, name, pool, cidr, nil)
+	r := g.subnetRequest(ns, name, pool, cidr, nil)
+	if g.chance(0.1) { // a gateway, for the addresses claims get from it
+		r.create.(*ipamv1.Subnet).Spec.Gateway = g.gatewayIn(cidr).String()
+	}
+	return r
 }
 
 func (g *generator) subnetRequest(ns *nsPlan, name, pool string, cidr netip.Prefix, length *int32) *request {
@@ -1077,6 +1161,212 @@ func (g *generator) deleteSubnet(ns *nsPlan, name string) *request {
 			}
 		},
 	}
+}
+
+// ---- IPAddressClaim requests ----
+
+// claimsOf are the claims the generator believes ask Subnet name for an
+// address.
+func (g *generator) claimsOf(ns *nsPlan, name string) []string {
+	var out []string
+	for _, c := range sortedKeys(ns.claims) {
+		if ns.claims[c].subnet == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (g *generator) freeClaimName(ns *nsPlan, taken map[string]bool) (string, bool) {
+	var free []string
+	for i := range claimNames {
+		if name := claimName(i); ns.claims[name] == nil && !taken[ns.name+"/claim/"+name] {
+			free = append(free, name)
+		}
+	}
+	if len(free) == 0 {
+		return "", false
+	}
+	return g.pick(free), true
+}
+
+// newClaim draws a claim: mostly of a Subnet believed to exist (Ready or
+// not), preferably one whose pool is believed to exist too (more likely
+// Ready); sometimes of any Subnet name (PoolNotReady until it exists); and
+// 1 in 20 of another kind of pool, which the operator must leave alone.
+func (g *generator) newClaim(ns *nsPlan, name string) *request {
+	subnets := sortedKeys(ns.subnets)
+	var pooled []string
+	for _, sn := range subnets {
+		if g.poolBelieved(ns, ns.subnets[sn].pool) {
+			pooled = append(pooled, sn)
+		}
+	}
+	var subnet string
+	switch x := g.rng.Float64(); {
+	case x < 0.05:
+	case x < 0.15 || len(subnets) == 0:
+		subnet = subnetName(g.rng.IntN(subnetNames))
+	case x < 0.85 && len(pooled) > 0:
+		subnet = g.pick(pooled)
+	default:
+		subnet = g.pick(subnets)
+	}
+	return g.claimRequest(ns, opCreateClaim, name, subnet)
+}
+
+// poolBelieved reports whether the pool a claim of ns references (a name,
+// or "namespace/name") is believed to exist.
+func (g *generator) poolBelieved(ns *nsPlan, ref string) bool {
+	if other, name, ok := strings.Cut(ref, "/"); ok {
+		for _, o := range g.nss {
+			if o.name == other {
+				return o.pools[name] != nil
+			}
+		}
+		return false
+	}
+	return ns.pools[ref] != nil
+}
+
+// claimRequest creates claim name of Subnet subnet ("": of another kind of
+// pool). Its Ref is the Subnet's "namespace/name" (references are local).
+func (g *generator) claimRequest(ns *nsPlan, op, name, subnet string) *request {
+	ref := capiipam.IPPoolReference{APIGroup: ipamv1.GroupVersion.Group, Kind: kindSubnet, Name: subnet}
+	qualified := ns.name + "/" + subnet
+	if subnet == "" {
+		ref = capiipam.IPPoolReference{APIGroup: capiipam.GroupVersion.Group, Kind: "InClusterIPPool", Name: "elsewhere"}
+		qualified = ""
+	}
+	plan := &claimPlan{subnet: subnet}
+	return &request{
+		rec:    opRecord{Op: op, Verb: "create", Kind: kindClaim, Namespace: ns.name, Name: name, Ref: qualified},
+		create: &capiipam.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns.name, Name: name}, Spec: capiipam.IPAddressClaimSpec{PoolRef: ref}},
+		apply: func(rec *opRecord) {
+			if rec.Outcome == outcomeCreated {
+				ns.claims[name] = plan
+			}
+		},
+	}
+}
+
+func (g *generator) deleteClaim(ns *nsPlan, name string) *request {
+	return &request{
+		rec: opRecord{Op: opDeleteClaim, Verb: "delete", Kind: kindClaim, Namespace: ns.name, Name: name},
+		apply: func(rec *opRecord) {
+			if rec.Outcome == outcomeDeleted || rec.Outcome == outcomeNotFound {
+				delete(ns.claims, name)
+			}
+		},
+	}
+}
+
+// claimBurst makes a small Subnet and sends claims on it at once: a /29
+// has 5 usable addresses, a /125 6, a /30 1, a /126 2, a /31 or /127 1, a
+// /32 or /128 none (the gateway takes it). Some claims are deleted again a
+// moment later and a few more arrive later still: the Subnet runs out
+// (PoolExhausted), and a released address comes back only after the
+// cool-down. Sometimes the Subnet is deleted while its addresses are in
+// use: its finalizer must hold it until they are released.
+func (g *generator) claimBurst(ns *nsPlan) *operation {
+	host := []int{3, 3, 3, 2, 2, 1, 0}[g.rng.IntN(7)]
+	// A pool whose maximum length admits the Subnet.
+	var pools []string
+	for _, pn := range sortedKeys(ns.pools) {
+		pp := ns.pools[pn]
+		if pp.max == nil || int(*pp.max) >= pp.cidr.Addr().BitLen()-host {
+			pools = append(pools, pn)
+		}
+	}
+	name, ok := g.freeSubnetName(ns, nil)
+	if len(pools) == 0 || !ok {
+		return g.make(opCreateClaim)
+	}
+	pool := g.pick(pools)
+	pc := ns.pools[pool].cidr
+	length := max(pc.Addr().BitLen()-host, pc.Bits())
+	var subnet *request
+	if g.chance(0.5) {
+		area := pc
+		if pc.Bits() < length && g.chance(0.5) {
+			area = blockAt(pc, pc.Bits()+1, 1) // the upper half, which best fit fills last
+		}
+		cidr := g.within(area, length)
+		subnet = g.subnetRequest(ns, name, pool, cidr, nil)
+		if g.chance(0.7) {
+			subnet.create.(*ipamv1.Subnet).Spec.Gateway = g.gatewayIn(cidr).String()
+		}
+	} else {
+		subnet = g.subnetRequest(ns, name, pool, netip.Prefix{}, ptr.To(int32(length)))
+	}
+	subnet.rec.Op = opClaimBurst
+	op := &operation{kind: opClaimBurst, requests: []*request{subnet}}
+	ms := func(from, to int) time.Duration { return time.Duration(from+g.rng.IntN(to-from)) * time.Millisecond }
+	taken := map[string]bool{}
+	claim := func(delay time.Duration) *request {
+		cn, ok := g.freeClaimName(ns, taken)
+		if !ok {
+			return nil
+		}
+		taken[ns.name+"/claim/"+cn] = true
+		c := g.claimRequest(ns, opClaimBurst, cn, name)
+		c.delay = delay
+		return c
+	}
+	var claims []*request
+	for range 4 + g.rng.IntN(6) {
+		c := claim(0)
+		if c == nil {
+			break
+		}
+		if g.chance(0.5) { // released a moment later: its address cools down
+			d := g.deleteClaim(ns, c.rec.Name)
+			d.rec.Op, d.delay = opClaimBurst, ms(200, 1500)
+			c.then = d
+			if g.chance(0.3) {
+				// And a new claim under the same name at once: the old
+				// IPAddress keeps the name until its cool-down ends
+				// (AllocationFailed), then the new claim gets its own.
+				again := g.claimRequest(ns, opClaimBurst, c.rec.Name, name)
+				again.delay = ms(0, 500)
+				d.then = again
+			}
+		}
+		claims = append(claims, c)
+	}
+	for range g.rng.IntN(3) { // later: maybe into the cool-down of a released address
+		if c := claim(ms(1000, 4000)); c != nil {
+			claims = append(claims, c)
+		}
+	}
+	if g.chance(0.15) {
+		del := g.deleteSubnet(ns, name)
+		del.rec.Op, del.delay = opClaimBurst, ms(500, 2500)
+		claims = append(claims, del)
+	}
+	op.requests = append(op.requests, claims...)
+	op.concurrent = len(claims)
+	return op
+}
+
+// gatewayIn draws a gateway address inside p that admission accepts: not
+// the network or the IPv4 broadcast address of a range with two host bits
+// or more. Half the time one of the first few, where the lowest free
+// address is handed out: the allocation must step over it.
+func (g *generator) gatewayIn(p netip.Prefix) netip.Addr {
+	host := p.Addr().BitLen() - p.Bits()
+	size := uint64(1) << min(host, 62)
+	lo, hi := uint64(0), size // [lo, hi)
+	if host >= 2 {
+		lo = 1
+		if p.Addr().Is4() {
+			hi = size - 1
+		}
+	}
+	if g.chance(0.5) {
+		hi = min(hi, lo+4)
+	}
+	return blockAt(p, p.Addr().BitLen(), lo+g.rng.Uint64N(hi-lo)).Addr()
 }
 
 // The same seed draws the same requests, given the same outcomes: what
