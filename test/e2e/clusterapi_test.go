@@ -239,7 +239,7 @@ spec: {poolRef: {name: dc}, cidr: 10.70.8.0/24, gateway: "%s"}
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("IPAddress m-000 still there (%v)", err)
+			return fmt.Errorf("IPAddress m-000 still there (%w)", err)
 		})
 		if err := k8s.Create(ctx, newClaim(ns, "after", "machines", "work")); err != nil {
 			t.Fatal(err)
@@ -271,7 +271,7 @@ spec: {poolRef: {name: dc}, cidr: 10.70.8.0/24, gateway: "%s"}
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("the witness's IPAddress is still there (%v)", err)
+			return fmt.Errorf("the witness's IPAddress is still there (%w)", err)
 		})
 		var a capiipam.IPAddress
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "m-001"}, &a); err != nil || a.DeletionTimestamp == nil || a.Spec.Address != held {
@@ -296,7 +296,7 @@ spec: {poolRef: {name: dc}, cidr: 10.70.8.0/24, gateway: "%s"}
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("m-001's IPAddress is still there (%v)", err)
+			return fmt.Errorf("m-001's IPAddress is still there (%w)", err)
 		})
 	})
 
@@ -436,7 +436,7 @@ spec: {poolRef: {name: dc}, cidr: 10.70.8.0/24, gateway: "%s"}
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("Subnet tiny still there (%v)", err)
+			return fmt.Errorf("Subnet tiny still there (%w)", err)
 		})
 	})
 }
