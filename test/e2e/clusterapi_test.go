@@ -365,6 +365,25 @@ spec: {poolRef: {name: dc}, cidr: 10.70.8.0/24, gateway: "%s"}
 		eventually(t, 30*time.Second, func() error { _, err := bound(ctx, ns, "frozen-0"); return err })
 	})
 
+	t.Run("a v1beta1 claim", func(t *testing.T) {
+		// Cluster API v1.14 still serves v1beta1. Here its CRDs run without
+		// Cluster API's conversion webhook (a management cluster has it), and
+		// v1beta1's claim has the same shape where the provider looks.
+		mustKubectl(t, fmt.Sprintf(`
+apiVersion: ipam.cluster.x-k8s.io/v1beta1
+kind: IPAddressClaim
+metadata: {name: old-api, namespace: %s}
+spec:
+  clusterName: work
+  poolRef: {apiGroup: ipam.subnet-operator.io, kind: Subnet, name: machines}
+`, ns), "create", "-f", "-")
+		eventually(t, 30*time.Second, func() error { _, err := bound(ctx, ns, "old-api"); return err })
+		out := mustKubectl(t, "", "get", "ipaddressclaims.v1beta1.ipam.cluster.x-k8s.io", "-n", ns, "old-api", "-o", "jsonpath={.status.addressRef.name}")
+		if out != "old-api" {
+			t.Errorf("read as v1beta1, the claim's status.addressRef.name is %q", out)
+		}
+	})
+
 	t.Run("IPv6", func(t *testing.T) {
 		for i := range 3 {
 			if err := k8s.Create(ctx, newClaim(ns, fmt.Sprintf("six-%d", i), "v6", "")); err != nil {
