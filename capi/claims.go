@@ -164,9 +164,19 @@ func (r *ClaimReconciler) claimsOfCluster(ctx context.Context, o client.Object) 
 		logf.FromContext(ctx).Error(err, "listing the claims of a Cluster", "cluster", client.ObjectKeyFromObject(o))
 		return nil
 	}
-	out := make([]reconcile.Request, len(claims.Items))
+	out := make([]reconcile.Request, 0, len(claims.Items))
 	for i := range claims.Items {
-		out[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])}
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&claims.Items[i])})
+	}
+	// And its IPAddresses whose claims are gone (cooling down, or left
+	// behind while the Cluster was paused).
+	var addrs capiipam.IPAddressList
+	if err := r.Client.List(ctx, &addrs, client.InNamespace(o.GetNamespace()), client.MatchingLabels{clusterv1.ClusterNameLabel: o.GetName()}); err != nil {
+		logf.FromContext(ctx).Error(err, "listing the IPAddresses of a Cluster", "cluster", client.ObjectKeyFromObject(o))
+		return out
+	}
+	for i := range addrs.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&addrs.Items[i])})
 	}
 	return out
 }
@@ -196,6 +206,11 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	if claim == nil {
 		r.Ledger.StopWaiting(req.Namespace, req.Name)
+		if addr == nil {
+			// Gone without a release (its finalizer removed by hand): a
+			// grant never written is withdrawn.
+			r.Ledger.ForgetAssumedName(req.Namespace, req.Name)
+		}
 	}
 
 	// The IPAddress of this name, whoever's it is.
@@ -276,12 +291,16 @@ func (r *ClaimReconciler) reconcileAddress(ctx context.Context, addr *capiipam.I
 	}
 	owned := claim != nil && ownedBy(addr, claim.UID)
 	if addr.DeletionTimestamp != nil {
-		if owned && claim.DeletionTimestamp == nil {
-			r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "AddressDeleted", "Protect",
-				"IPAddress %s was deleted while the claim holds it; it keeps %s until the claim is deleted", addr.Name, addr.Spec.Address)
+		if owned {
+			if claim.DeletionTimestamp == nil {
+				r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "AddressDeleted", "Protect",
+					"IPAddress %s was deleted while the claim holds it; it keeps %s until the claim is deleted", addr.Name, addr.Spec.Address)
+			}
+			// Its claim releases it (releaseClaim); the cool-down runs once
+			// the claim is gone.
 			return reconcile.Result{}, false, nil
 		}
-		left := time.Until(addr.DeletionTimestamp.Add(r.ReuseAfter))
+		left := time.Until(releasedAt(addr).Add(r.ReuseAfter))
 		if left > 0 {
 			return reconcile.Result{RequeueAfter: left}, false, nil
 		}
@@ -296,8 +315,11 @@ func (r *ClaimReconciler) reconcileAddress(ctx context.Context, addr *capiipam.I
 	}
 	switch {
 	case live != nil:
-		return reconcile.Result{}, false, nil // its claim exists: the cache is behind
-	case claim != nil && claim.DeletionTimestamp == nil && addr.Spec.ClaimRef.Name == claim.Name && claim.Spec.PoolRef == addr.Spec.PoolRef:
+		// Its claim exists and the cache shows another, or none: the cache
+		// is behind, and its event for the claim requeues this.
+		return reconcile.Result{}, true, nil
+	case claim != nil && claim.DeletionTimestamp == nil && addr.Spec.ClaimRef.Name == claim.Name && claim.Spec.PoolRef == addr.Spec.PoolRef &&
+		r.Ledger.SoleHolder(addr.Namespace, addr.Spec.PoolRef.Name, addr.Name):
 		// Never released, and a claim of its name and pool asks: restored
 		// from a backup with new UIDs (or its claim's finalizer was
 		// removed by hand and the claim made again). The claim gets the
@@ -306,6 +328,20 @@ func (r *ClaimReconciler) reconcileAddress(ctx context.Context, addr *capiipam.I
 	}
 	// Its claim is gone: released as the claim's deletion would have.
 	return reconcile.Result{}, false, r.release(ctx, addr)
+}
+
+// annotationReleasedAt on an IPAddress records when its claim released it,
+// if the IPAddress was deleted earlier (by hand, under its live claim): its
+// cool-down runs from the later of the two.
+const annotationReleasedAt = "ipam.subnet-operator.io/released-at"
+
+// releasedAt is when the IPAddress's cool-down began.
+func releasedAt(a *capiipam.IPAddress) time.Time {
+	at := a.DeletionTimestamp.Time
+	if t, err := time.Parse(time.RFC3339, a.Annotations[annotationReleasedAt]); err == nil && t.After(at) {
+		at = t
+	}
+	return at
 }
 
 // claimOf returns the claim that owns the IPAddress, read from the API
@@ -586,6 +622,14 @@ func (r *ClaimReconciler) releaseClaim(ctx context.Context, claim *capiipam.IPAd
 		return err
 	case ownedBy(&addr, claim.UID) && addr.DeletionTimestamp == nil:
 		if err := r.release(ctx, &addr); err != nil {
+			return err
+		}
+	case ownedBy(&addr, claim.UID) && addr.Annotations[annotationReleasedAt] == "":
+		// Deleted earlier under the live claim: the machine used it until
+		// now, so its cool-down starts now.
+		patch := client.MergeFrom(addr.DeepCopy())
+		metav1.SetMetaDataAnnotation(&addr.ObjectMeta, annotationReleasedAt, time.Now().UTC().Format(time.RFC3339))
+		if err := r.Client.Patch(ctx, &addr, patch); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 	}

@@ -447,7 +447,7 @@ func (l *Ledger) applyAddress(rec AddressRecord, typ EventType, listed bool) {
 	l.mu.Lock()
 	if listed && l.b.goneAddresses != nil {
 		// Deleted since the catch-up's read: not resurrected.
-		if rv, gone := l.b.goneAddresses[rec.Namespace+"/"+rec.Name]; gone && !newer(rec.ResourceVersion, rv) {
+		if _, gone := l.b.goneAddresses[rec.UID]; gone {
 			l.mu.Unlock()
 			return
 		}
@@ -472,6 +472,9 @@ func (l *Ledger) applyAddress(rec AddressRecord, typ EventType, listed bool) {
 		sa.drop(rec.Name)
 	}
 	sa.hold(&heldAddress{rec: rec, object: true, granted: granted})
+	if c := l.b.claim(sid); c != nil && c.held.IsValid() {
+		sa.count(c.held.Masked()) // once per range: after a restart no decision may count them
+	}
 	l.mu.Unlock()
 	l.publishAddress(typ, rec, wake)
 }
@@ -480,8 +483,10 @@ func (l *Ledger) applyAddress(rec AddressRecord, typ EventType, listed bool) {
 func (l *Ledger) DeleteAddress(rec AddressRecord) {
 	sid := idOf(rec.Namespace, SubnetKey(rec.Subnet))
 	l.mu.Lock()
-	if l.b.goneAddresses != nil {
-		l.b.goneAddresses[rec.Namespace+"/"+rec.Name] = rec.ResourceVersion
+	if l.b.goneAddresses != nil && rec.UID != "" {
+		// By UID: a deleted object never comes back, and a tombstone's
+		// resourceVersion may be older than what the LIST read.
+		l.b.goneAddresses[rec.UID] = struct{}{}
 	}
 	sa := l.b.addresses[sid]
 	var wake []string
@@ -503,7 +508,7 @@ func (l *Ledger) DeleteAddress(rec AddressRecord) {
 // and an older version never replaces a newer one.
 func (l *Ledger) CatchUpAddresses(list func() ([]AddressRecord, error)) error {
 	l.mu.Lock()
-	l.b.goneAddresses = map[string]string{}
+	l.b.goneAddresses = map[types.UID]struct{}{}
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
@@ -679,4 +684,54 @@ func (b *book) dropAssumedAddresses(id claimID) {
 	}
 	sa.below = netip.Addr{}
 	b.addresses.dropIfEmpty(id)
+}
+
+// ForgetAssumedName withdraws, in every Subnet of the namespace, a grant
+// to a claim of this name that was never written: the claim is gone (its
+// finalizer removed by hand, or moved away) without being released.
+// Writes for one name are serialized (one reconcile per name), so none is
+// in flight.
+func (l *Ledger) ForgetAssumedName(namespace, name string) {
+	l.mu.Lock()
+	var forgotten []AddressRecord
+	var wake [][]string
+	for sid, sa := range l.b.addresses {
+		if sid.namespace() != namespace {
+			continue
+		}
+		if h := sa.byName[name]; h != nil && !h.object {
+			forgotten = append(forgotten, h.rec)
+			sa.drop(name)
+			wake = append(wake, sa.wakeAll())
+			l.b.addresses.dropIfEmpty(sid)
+		}
+	}
+	l.mu.Unlock()
+	for i, rec := range forgotten {
+		l.publishAddress(Deleted, rec, wake[i])
+	}
+}
+
+// SoleHolder reports whether the IPAddress name is the only holder of its
+// address in its Subnet (false if the ledger does not know it).
+func (l *Ledger) SoleHolder(namespace, subnet, name string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	sa := l.b.addresses[idOf(namespace, SubnetKey(subnet))]
+	if sa == nil {
+		return false
+	}
+	h := sa.byName[name]
+	if h == nil || sa.byAddr[h.rec.Address] != name {
+		return false
+	}
+	if sa.shared == 0 {
+		return true
+	}
+	for other, o := range sa.byName {
+		if other != name && o.rec.Address == h.rec.Address {
+			return false
+		}
+	}
+	return true
 }

@@ -340,3 +340,46 @@ func TestAddressNameHeldInAnotherSubnet(t *testing.T) {
 		t.Fatalf("m7 once the old IPAddress went: %+v", d)
 	}
 }
+
+// A tombstone may carry an older resourceVersion than the catch-up's LIST
+// read: the deleted object still does not come back.
+func TestAddressCatchUpTombstoneOlderThanTheList(t *testing.T) {
+	l, _ := newLedger()
+	readyAddressSubnet(l, "m", "10.10.0.0/24", "")
+	a := AddressRecord{Namespace: ns, Name: "a", UID: "uid-a", ResourceVersion: "10", Subnet: "m", Address: netip.MustParseAddr("10.10.0.5"), ClaimUID: "c"}
+	l.ApplyAddress(a, Created)
+	listed := a
+	listed.ResourceVersion, listed.Releasing = "20", time.Now()
+	err := l.CatchUpAddresses(func() ([]AddressRecord, error) {
+		l.DeleteAddress(a) // the informer's tombstone: its last state, RV 10
+		return []AddressRecord{listed}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.AddressesOf(ns, "m"); len(got) != 0 {
+		t.Fatalf("a deleted IPAddress came back: %+v", got)
+	}
+}
+
+// A claim gone without a release leaves no grant behind; a grant in
+// another Subnet of its name is withdrawn too, and its waiters are woken.
+func TestForgetAssumedName(t *testing.T) {
+	l, rec := newLedger()
+	readyAddressSubnet(l, "m", "10.11.0.0/30", "")
+	d := decideAddress(l, "gone", "m")
+	if w := decideAddress(l, "next", "m"); w.Reason != AddressPoolExhausted {
+		t.Fatalf("next: %+v", w)
+	}
+	rec.events = nil
+	l.ForgetAssumedName(ns, "gone")
+	if !woke(rec, "next") {
+		t.Fatal("the waiting claim was not woken")
+	}
+	if w := decideAddress(l, "next", "m"); w.Address != d.Address {
+		t.Fatalf("next after the withdrawal: %+v", w)
+	}
+	if !l.SoleHolder(ns, "m", "next") || l.SoleHolder(ns, "m", "gone") {
+		t.Fatal("SoleHolder")
+	}
+}

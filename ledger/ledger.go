@@ -399,10 +399,9 @@ type book struct {
 	subnets, pools int
 	// addresses are the single addresses Subnets hand out (addresses.go).
 	addresses addressBook
-	// goneAddresses records IPAddresses deleted while a catch-up read is
-	// applied (by namespace/name, their last resourceVersion); nil
-	// otherwise.
-	goneAddresses map[string]string
+	// goneAddresses records the UIDs of IPAddresses deleted while a
+	// catch-up read is applied; nil otherwise.
+	goneAddresses map[types.UID]struct{}
 }
 
 type namespaceRecord struct {

@@ -287,7 +287,9 @@ spec: {poolRef: {name: dc}, cidr: 10.70.8.0/24, gateway: "%s"}
 			}
 			return err
 		})
-		// Its claim goes: the address cools down, then is free.
+		// Its claim goes: the address cools down from then on (not from the
+		// IPAddress's deletion, long past), then is free.
+		released := time.Now()
 		if err := k8s.Delete(ctx, newClaim(ns, "m-001", "machines", "work")); err != nil {
 			t.Fatal(err)
 		}
@@ -298,6 +300,9 @@ spec: {poolRef: {name: dc}, cidr: 10.70.8.0/24, gateway: "%s"}
 			}
 			return fmt.Errorf("m-001's IPAddress is still there (%w)", err)
 		})
+		if gone := time.Since(released); gone < addressReuseAfter-time.Second {
+			t.Errorf("m-001's address was freed %s after its claim was deleted, within the cool-down of %s", gone, addressReuseAfter)
+		}
 	})
 
 	t.Run("a small Subnet runs out", func(t *testing.T) {
