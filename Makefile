@@ -132,7 +132,7 @@ load: tools build ## Fill a pool through a real API server, webhooks on and off:
 ##@ Tools
 
 .PHONY: tools
-tools: ## Build the control plane's binaries and Prometheus into bin/ (once; ~30 min on 2 cores).
+tools: ## Build the control plane's binaries and Prometheus, and fetch the CRDs tests install (cert-manager, Prometheus Operator, Cluster API), into bin/ (once; ~30 min on 2 cores).
 	LOCALBIN=$(LOCALBIN) hack/build-tools.sh
 
 $(BENCHSTAT):
