@@ -71,7 +71,7 @@ spec: {poolRef: {name: team}}
 	// recorded it in its spec. Records yield to grants and follow the
 	// records of the Subnets earlier tests created in this manager, at the
 	// default budget (12.5 a second): a minute.
-	want := []string{"NAME POOL CIDR LENGTH STATE AGE", "api team 10.50.128.0/26 26 Allocated", "web dc 10.50.1.0/24 Allocated"}
+	want := []string{"NAME POOL CIDR LENGTH STATE IPS IN USE AGE", "api team 10.50.128.0/26 26 Allocated", "web dc 10.50.1.0/24 Allocated"}
 	eventually(t, time.Minute, func() error {
 		subnets := mustKubectl(t, "", "get", "subnets", "-n", ns)
 		for i, line := range strings.Split(strings.TrimSpace(subnets), "\n") {
