@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/bits"
@@ -27,7 +26,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	toolscache "k8s.io/client-go/tools/cache"
 	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -171,33 +169,13 @@ func runClaims(ctx context.Context, cfg runConfig) (_ *claimResult, err error) {
 	}
 
 	t := &claimTracker{bound: map[string]time.Time{}, reasons: map[string]string{}}
-	informers, err := cache.New(p.restCfg, cache.Options{
-		Scheme: p.scheme, DefaultNamespaces: map[string]cache.Config{namespace: {}},
-		DefaultTransform: cache.TransformStripManagedFields(),
-	})
+	stopCache, err := watchObjects(ctx, p.restCfg, p.scheme, map[string]cache.Config{namespace: {}},
+		map[client.Object]func(any){&capiipam.IPAddressClaim{}: t.claim})
 	if err != nil {
 		return nil, err
 	}
-	inf, err := informers.GetInformer(ctx, &capiipam.IPAddressClaim{})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: t.claim, UpdateFunc: func(_, o any) { t.claim(o) },
-	}); err != nil {
-		return nil, err
-	}
-	cacheCtx, stopCache := context.WithCancel(ctx)
 	defer stopCache()
-	go func() { _ = informers.Start(cacheCtx) }()
-	if !informers.WaitForCacheSync(ctx) {
-		return nil, errors.New("the load tool's cache did not sync")
-	}
-
-	processes := map[string]int{}
-	for _, proc := range env.Processes() {
-		processes[proc.Name] = proc.Pid()
-	}
+	processes := processIDs(env)
 	before, err := measurePoint(ctx, env, mgr, token, processes)
 	if err != nil {
 		return nil, err

@@ -356,35 +356,12 @@ func run(ctx context.Context, cfg runConfig) (_ *result, err error) {
 	for _, ns := range namespaces {
 		watched[ns] = cache.Config{}
 	}
-	informers, err := cache.New(restCfg, cache.Options{
-		Scheme: sch, DefaultNamespaces: watched,
-		DefaultTransform: cache.TransformStripManagedFields(),
-	})
+	stopCache, err := watchObjects(ctx, restCfg, sch, watched, map[client.Object]func(any){&ipamv1.Subnet{}: t.subnet, &ipamv1.SubnetPool{}: t.pool})
 	if err != nil {
 		return nil, err
 	}
-	for obj, handle := range map[client.Object]func(any){&ipamv1.Subnet{}: t.subnet, &ipamv1.SubnetPool{}: t.pool} {
-		inf, err := informers.GetInformer(ctx, obj)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc: handle, UpdateFunc: func(_, o any) { handle(o) },
-		}); err != nil {
-			return nil, err
-		}
-	}
-	cacheCtx, stopCache := context.WithCancel(ctx)
 	defer stopCache()
-	go func() { _ = informers.Start(cacheCtx) }()
-	if !informers.WaitForCacheSync(ctx) {
-		return nil, errors.New("the load tool's cache did not sync")
-	}
-
-	processes := map[string]int{}
-	for _, p := range env.Processes() {
-		processes[p.Name] = p.Pid()
-	}
+	processes := processIDs(env)
 	before, err := measurePoint(ctx, env, mgr, token, processes)
 	if err != nil {
 		return nil, err
@@ -759,4 +736,43 @@ func probeConsistentList(ctx context.Context, c client.Client) []float64 {
 			out = append(out, time.Since(start).Seconds())
 		}
 	}
+}
+
+// watchObjects starts an informer cache over the namespaces with a handler
+// per kind (on add and update), and waits for it to sync; stop ends it.
+func watchObjects(ctx context.Context, cfg *rest.Config, sch *runtime.Scheme, namespaces map[string]cache.Config, handlers map[client.Object]func(any)) (stop func(), err error) {
+	informers, err := cache.New(cfg, cache.Options{
+		Scheme: sch, DefaultNamespaces: namespaces,
+		DefaultTransform: cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	for obj, handle := range handlers {
+		inf, err := informers.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: handle, UpdateFunc: func(_, o any) { handle(o) },
+		}); err != nil {
+			return nil, err
+		}
+	}
+	cacheCtx, cancel := context.WithCancel(ctx)
+	go func() { _ = informers.Start(cacheCtx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		cancel()
+		return nil, errors.New("the load tool's cache did not sync")
+	}
+	return cancel, nil
+}
+
+// processIDs names the control plane's processes' IDs, for their CPU.
+func processIDs(env *environment.Environment) map[string]int {
+	out := map[string]int{}
+	for _, p := range env.Processes() {
+		out[p.Name] = p.Pid()
+	}
+	return out
 }
