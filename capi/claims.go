@@ -141,15 +141,15 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		b = b.Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfCluster),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-				return paused(e.ObjectOld) != paused(e.ObjectNew)
+				return isPaused(e.ObjectOld) != isPaused(e.ObjectNew)
 			}}))
 	}
 	return b.Complete(r)
 }
 
-// paused reports whether a Cluster is paused: spec.paused, or the paused
+// isPaused reports whether a Cluster is paused: spec.paused, or the paused
 // annotation.
-func paused(o client.Object) bool {
+func isPaused(o client.Object) bool {
 	if _, ok := o.GetAnnotations()[clusterv1.PausedAnnotation]; ok {
 		return true
 	}
@@ -226,13 +226,14 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if claim == nil {
 		return result, nil
 	}
-	if p, err := r.isPaused(ctx, claim.Namespace, clusterName(claim), claim.Annotations); err != nil || p {
+	paused, missing, err := r.clusterState(ctx, claim.Namespace, clusterName(claim), claim.Annotations)
+	if err != nil || paused {
 		return result, err // a paused Cluster's claims are left alone, deletion included
 	}
 	if claim.DeletionTimestamp != nil {
 		return result, r.releaseClaim(ctx, claim)
 	}
-	if r.clusterMissing(ctx, claim) {
+	if missing {
 		return result, nil
 	}
 	if !controllerutil.ContainsFinalizer(claim, FinalizerReleaseAddress) {
@@ -286,7 +287,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 // A paused Cluster's IPAddresses (by their cluster-name label) are left
 // alone too.
 func (r *ClaimReconciler) reconcileAddress(ctx context.Context, addr *capiipam.IPAddress, claim *capiipam.IPAddressClaim) (reconcile.Result, bool, error) {
-	if p, err := r.isPaused(ctx, addr.Namespace, addr.Labels[clusterv1.ClusterNameLabel], nil); err != nil || p {
+	if paused, _, err := r.clusterState(ctx, addr.Namespace, addr.Labels[clusterv1.ClusterNameLabel], nil); err != nil || paused {
 		return reconcile.Result{}, true, err
 	}
 	owned := claim != nil && ownedBy(addr, claim.UID)
@@ -424,34 +425,26 @@ func (r *ClaimReconciler) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// clusterMissing: the claim names a Cluster that does not exist. The
-// contract leaves such a claim alone (until the Cluster appears) unless
-// it is being deleted.
-func (r *ClaimReconciler) clusterMissing(ctx context.Context, claim *capiipam.IPAddressClaim) bool {
-	name := clusterName(claim)
-	if !r.Clusters || name == "" {
-		return false
-	}
-	var c clusterv1.Cluster
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, &c)
-	return apierrors.IsNotFound(err)
-}
-
-// isPaused reports whether an object of the namespace with these
-// annotations, of the named Cluster, is paused: by its own paused
-// annotation or its Cluster's.
-func (r *ClaimReconciler) isPaused(ctx context.Context, namespace, cluster string, annotations map[string]string) (bool, error) {
+// clusterState reads the named Cluster once and says whether an object of
+// the namespace with these annotations is paused (by its own paused
+// annotation or its Cluster's), and whether the Cluster it names is
+// missing: the contract leaves a claim of a missing Cluster alone (until
+// the Cluster appears) unless it is being deleted.
+func (r *ClaimReconciler) clusterState(ctx context.Context, namespace, cluster string, annotations map[string]string) (paused, missing bool, err error) {
 	if _, ok := annotations[clusterv1.PausedAnnotation]; ok {
-		return true, nil
+		return true, false, nil
 	}
 	if !r.Clusters || cluster == "" {
-		return false, nil
+		return false, false, nil
 	}
 	var c clusterv1.Cluster
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: cluster}, &c); err != nil {
-		return false, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return false, true, nil
+		}
+		return false, false, err
 	}
-	return paused(&c), nil
+	return isPaused(&c), false, nil
 }
 
 // refuse writes why the claim holds no address.

@@ -5,9 +5,9 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
+	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -201,7 +201,7 @@ func PlanAddresses(cidr netip.Prefix, gateway netip.Addr) AddressPlan {
 		p.Network = first
 		first = first.Next()
 		if cidr.Addr().Is4() {
-			p.Broadcast = lastAddr(cidr)
+			p.Broadcast = netipx.PrefixLastIP(cidr)
 		}
 	}
 	if !p.Gateway.IsValid() {
@@ -227,15 +227,6 @@ func (p AddressPlan) Usable() *big.Int {
 		n.Sub(n, big.NewInt(1))
 	}
 	return n
-}
-
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 1 << (7 - i%8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // AddressDecision is the arbiter's verdict on an IPAddressClaim.
@@ -372,7 +363,13 @@ func (sa *subnetAddresses) lowestFree(plan AddressPlan) (netip.Addr, bool) {
 	if sa.belowIn != plan.CIDR {
 		sa.below, sa.belowIn = netip.Addr{}, plan.CIDR
 	}
-	if sa.below.IsValid() && plan.CIDR.Contains(sa.below) {
+	if sa.below.IsValid() {
+		if !plan.CIDR.Contains(sa.below) {
+			// Past the range: full since the last walk, and no address
+			// was dropped (drop lowers the cursor). Waiting claims woken
+			// by a release do not each walk the whole range again.
+			return netip.Addr{}, false
+		}
 		a = sa.below
 	}
 	for ; a.IsValid() && plan.CIDR.Contains(a); a = a.Next() {
@@ -612,29 +609,6 @@ func (l *Ledger) AddressUsage(namespace, subnet string, holders int) (AddressUsa
 		u.Free = free
 	}
 	return u, true
-}
-
-// AddressesOf lists the addresses held in a Subnet (for the checker's and
-// tests' eyes, and kubectl-style listings), in address order.
-func (l *Ledger) AddressesOf(namespace, subnet string) []AddressRecord {
-	sid := idOf(namespace, SubnetKey(subnet))
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	sa := l.b.addresses[sid]
-	if sa == nil {
-		return nil
-	}
-	out := make([]AddressRecord, 0, len(sa.byName))
-	for _, h := range sa.byName {
-		out = append(out, h.rec)
-	}
-	slices.SortFunc(out, func(a, b AddressRecord) int {
-		if c := a.Address.Compare(b.Address); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	return out
 }
 
 // AddressSubnets names the Subnets that hold addresses (in use or cooling

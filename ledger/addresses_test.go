@@ -266,13 +266,13 @@ func TestAddressCatchUpNeverGoesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := l.AddressesOf(ns, "m")
+	got := addressesOf(l, ns, "m")
 	if len(got) != 1 || got[0].UID != "uid-2" {
 		t.Fatalf("after the catch-up: %+v, want only b (uid-2)", got)
 	}
 	// Outside a catch-up, the informer's own order applies.
 	l.ApplyAddress(old, Created)
-	if len(l.AddressesOf(ns, "m")) != 2 {
+	if len(addressesOf(l, ns, "m")) != 2 {
 		t.Fatal("a new object of the informer was ignored")
 	}
 }
@@ -357,7 +357,7 @@ func TestAddressCatchUpTombstoneOlderThanTheList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := l.AddressesOf(ns, "m"); len(got) != 0 {
+	if got := addressesOf(l, ns, "m"); len(got) != 0 {
 		t.Fatalf("a deleted IPAddress came back: %+v", got)
 	}
 }
@@ -382,4 +382,19 @@ func TestForgetAssumedName(t *testing.T) {
 	if !l.SoleHolder(ns, "m", "next") || l.SoleHolder(ns, "m", "gone") {
 		t.Fatal("SoleHolder")
 	}
+}
+
+// addressesOf lists the addresses held in a Subnet.
+func addressesOf(l *Ledger, namespace, subnet string) []AddressRecord {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	sa := l.b.addresses[idOf(namespace, SubnetKey(subnet))]
+	if sa == nil {
+		return nil
+	}
+	var out []AddressRecord
+	for _, h := range sa.byName {
+		out = append(out, h.rec)
+	}
+	return out
 }

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go4.org/netipx"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -363,7 +364,7 @@ func checkClaims(ctx context.Context, c client.Client, r *claimResult, reasons m
 	if subnet.Spec.Gateway != "" {
 		gateway = netip.MustParseAddr(subnet.Spec.Gateway)
 	}
-	broadcast := lastAddress(r.subnet)
+	broadcast := netipx.PrefixLastIP(r.subnet.Masked())
 	fail := func(format string, args ...any) {
 		if r.firstFailure == "" {
 			r.firstFailure = fmt.Sprintf(format, args...)
@@ -427,15 +428,6 @@ func checkClaims(ctx context.Context, c client.Client, r *claimResult, reasons m
 		fmt.Fprintf(os.Stderr, "load: check failed: %s\n", r.firstFailure)
 	}
 	return nil
-}
-
-func lastAddress(p netip.Prefix) netip.Addr {
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 1 << (7 - i%8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // claimsMain runs the claims mode for each N and reports.
