@@ -28,6 +28,10 @@ type Decision struct {
 	Assumed bool
 	// Winner names the claim this one lost to (Reason Overlaps).
 	Winner statuscalc.ClaimRef
+	// RootOverlaps, for a root pool that serves, says which other root
+	// pools of its address space overlap it (granted before the arbiter
+	// kept them apart); empty when none do.
+	RootOverlaps string
 }
 
 // Ready reports whether the decision makes the claim Ready.
@@ -135,14 +139,14 @@ func (l *Ledger) DecidePool(namespace, name string, uid types.UID) (Decision, bo
 
 func (b *book) decidePool(s *slot) (Decision, []claimID) {
 	p := s.pool
-	// Every decision on a child pool carries the range its parent granted
-	// it, so that no status write erases a grant its claims depend on.
-	granted := s.serving
-	if p.parent != "" {
-		if c := b.claim(s.self); c != nil {
-			granted = c.holds()
-		}
+	c := b.claim(s.self)
+	if c == nil {
+		// Not reached: every pool is a claim, on its parent or its space.
+		return Decision{Reason: ipamv1.ReasonPending, Message: "waiting for arbitration"}, nil
 	}
+	// Every decision carries the range the pool was granted, so that no
+	// status write erases a grant its claims depend on.
+	granted := c.holds()
 	if !p.spec.IsValid() {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec, CIDR: granted, Message: "spec.cidr is not a canonical CIDR"}, nil
 	}
@@ -151,28 +155,34 @@ func (b *book) decidePool(s *slot) (Decision, []claimID) {
 		return Decision{Reason: ipamv1.ReasonTerminating, CIDR: granted,
 			Message: fmt.Sprintf("being deleted; waiting for %d Subnets and %d child pools that use it to be deleted", subnets, children)}, nil
 	}
-	if p.parent == "" {
-		return b.serving(s, s.serving, fmt.Sprintf("serving %s", s.serving)), nil
+	if p.parent != "" {
+		if chain := b.cycle(p.id); chain != "" {
+			return Decision{Reason: ipamv1.ReasonCycle, CIDR: granted, Message: "parentRef chain leads back to this pool: " + chain}, nil
+		}
 	}
-	if chain := b.cycle(p.id); chain != "" {
-		return Decision{Reason: ipamv1.ReasonCycle, CIDR: granted, Message: "parentRef chain leads back to this pool: " + chain}, nil
-	}
-	c := b.claim(s.self)
-	if d, ok := b.notAllowed(c); !ok && !c.holds().IsValid() {
+	if d, ok := b.notAllowed(c); !ok && !granted.IsValid() {
 		return d, nil
 	}
-	parent := b.slots[p.parent]
-	if d, ok := b.poolUnusable(parent, p.parent); !ok {
-		d.CIDR = c.holds()
+	from := b.slots[p.claimsFrom()]
+	if d, ok := b.poolUnusable(from, p.claimsFrom()); !ok {
+		if p.parent == "" && granted == c.requested {
+			// A root pool keeps what it holds when its AddressSpace is
+			// deleted: a grant is never revoked.
+			return b.serving(s, granted, b.servingMessage(p, granted)), nil
+		}
+		d.CIDR = granted
 		return d, nil
 	}
-	wake := b.sweep(parent)
-	d, more := b.decideRequest(parent, c)
+	wake := b.sweep(from)
+	d, more := b.decideRequest(from, c)
 	wake = append(wake, more...)
 	held := c.holds()
 	if held == c.requested {
-		d := b.serving(s, held, fmt.Sprintf("serving %s, granted by parent SubnetPool %s", held, p.parent))
+		d := b.serving(s, held, b.servingMessage(p, held))
 		d.Assumed = c.assumed.IsValid()
+		if p.parent == "" {
+			d.RootOverlaps, _ = b.rootOverlaps(from, c)
+		}
 		return d, wake
 	}
 	if held.IsValid() {
@@ -180,6 +190,14 @@ func (b *book) decidePool(s *slot) (Decision, []claimID) {
 		d.Message = fmt.Sprintf("cannot change to %s: %s; still serving %s", c.requested, d.Message, held)
 	}
 	return d, wake
+}
+
+// servingMessage says what a pool serves and who granted it.
+func (b *book) servingMessage(p *pool, held netip.Prefix) string {
+	if p.parent == "" {
+		return fmt.Sprintf("serving %s in address space %s", held, p.space.spaceName())
+	}
+	return fmt.Sprintf("serving %s, granted by parent SubnetPool %s", held, p.parent)
 }
 
 // serving is the decision for a pool that serves (or, a child pool, was
@@ -227,6 +245,9 @@ const maxNamed = 3
 // poolUnusable reports why a pool cannot hand out ranges, if it cannot.
 func (b *book) poolUnusable(s *slot, id poolID) (Decision, bool) {
 	switch {
+	case id.isSpace() && (s == nil || s.pool == nil):
+		return Decision{Reason: ipamv1.ReasonAddressSpaceNotFound,
+			Message: fmt.Sprintf("AddressSpace %s does not exist; waiting for it to be created (or create the pool without spec.addressSpace, in the default space)", id.spaceName())}, false
 	case s == nil || s.pool == nil:
 		return Decision{Reason: ipamv1.ReasonPoolNotFound,
 			Message: fmt.Sprintf("SubnetPool %s does not exist; waiting for it to be created", id)}, false
@@ -290,8 +311,16 @@ func (b *book) whyNotGranted(s *slot, c *claim) Decision {
 	// the claimant's or the pool's namespace, as admission does
 	// (docs/design/tenancy.md, "What a tenant may learn").
 	holder := "a claim in another namespace"
+	if c.pool.isSpace() {
+		holder = "a root pool in another namespace"
+	}
 	if ns := winner.id.namespace(); ns == c.id.namespace() || ns == c.pool.namespace() {
 		holder = winner.id.ref().String()
+	}
+	if c.pool.isSpace() {
+		return Decision{Reason: ipamv1.ReasonOverlaps, Winner: winner.id.ref(),
+			Message: fmt.Sprintf("%s overlaps %s (%s) in address space %s, which holds it; this pool is granted its range if that one is deleted, or use another address space for a deliberate overlap",
+				c.requested, holder, winner.holds(), c.pool.spaceName())}
 	}
 	return Decision{Reason: ipamv1.ReasonOverlaps, Winner: winner.id.ref(),
 		Message: fmt.Sprintf("%s overlaps %s (%s), which holds it; this claim is granted if that one is deleted",

@@ -239,7 +239,7 @@ func (l *Ledger) DeletePool(obj any) {
 
 // sameRules reports whether two versions of a pool hand out ranges alike.
 func sameRules(a, b *pool) bool {
-	return a.spec == b.spec && a.parent == b.parent && a.deleting == b.deleting && a.consent.key == b.consent.key &&
+	return a.spec == b.spec && a.parent == b.parent && a.space == b.space && a.deleting == b.deleting && a.consent.key == b.consent.key &&
 		a.defaultLen == b.defaultLen && a.minLen == b.minLen && a.maxLen == b.maxLen &&
 		slices.Equal(a.reserved, b.reserved)
 }
@@ -259,8 +259,8 @@ func (b *book) wakeAfterRelease(pool poolID, ch change) []claimID {
 func (b *book) wakeAfter(s *slot, ch change) []claimID {
 	if ch.rebuilt {
 		wake := b.waiters(s)
-		if s.pool != nil && s.pool.parent != "" {
-			wake = append(wake, b.afterRelease(s, netip.Prefix{})...) // a child pool waiting to change its range
+		if s.pool != nil && s.pool.claimsFrom() != "" {
+			wake = append(wake, b.afterRelease(s, netip.Prefix{})...) // a pool waiting to change its range
 		}
 		return wake
 	}
@@ -299,9 +299,9 @@ func (b *book) afterRelease(s *slot, released netip.Prefix) []claimID {
 			}
 		}
 	}
-	if s.pool != nil && s.pool.parent != "" {
+	if s.pool != nil && s.pool.claimsFrom() != "" {
 		if c := b.claim(s.self); c != nil && c.requested.IsValid() && c.requested != c.holds() {
-			if parent := b.slots[s.pool.parent]; parent != nil {
+			if parent := b.slots[s.pool.claimsFrom()]; parent != nil {
 				parent.sweep = true
 			}
 			wake = append(wake, c.id)

@@ -45,7 +45,34 @@ func (l *Ledger) Feed(ctx context.Context, pools cache.Cache, c client.WithWatch
 	if err != nil {
 		return nil, err
 	}
-	return l.newSubnetFeed(c, func() bool { return reg.HasSynced() && nsReg.HasSynced() }), nil
+	spaceReg, err := l.feedAddressSpaces(ctx, pools)
+	if err != nil {
+		return nil, err
+	}
+	return l.newSubnetFeed(c, func() bool { return reg.HasSynced() && nsReg.HasSynced() && spaceReg.HasSynced() }), nil
+}
+
+// feedAddressSpaces registers the ledger's handlers on the AddressSpace
+// informer: the spaces root pools claim from, and who may hold root pools
+// in each.
+func (l *Ledger) feedAddressSpaces(ctx context.Context, c cache.Cache) (toolscache.ResourceEventHandlerRegistration, error) {
+	informer, err := c.GetInformer(ctx, &ipamv1.AddressSpace{})
+	if err != nil {
+		return nil, fmt.Errorf("addressspace informer: %w", err)
+	}
+	return informer.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, _ bool) {
+			if as, ok := obj.(*ipamv1.AddressSpace); ok {
+				l.ApplyAddressSpace(as, Created)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if as, ok := obj.(*ipamv1.AddressSpace); ok {
+				l.ApplyAddressSpace(as, Updated)
+			}
+		},
+		DeleteFunc: l.DeleteAddressSpace,
+	})
 }
 
 // feedNamespaces registers the ledger's handlers on a metadata-only

@@ -314,17 +314,31 @@ type pool struct {
 	created    time.Time
 	deleting   bool
 
-	spec       netip.Prefix // spec.cidr; invalid if it does not parse
-	parent     poolID       // "" for a root pool
-	defaultLen int          // -1 if unset
-	minLen     int          // -1 if unset
-	maxLen     int          // -1 if unset
+	spec   netip.Prefix // spec.cidr; invalid if it does not parse
+	parent poolID       // "" for a root pool
+	// space is a root pool's address space slot (spaces.go); "" for a
+	// child pool.
+	space poolID
+	// synthetic: the pool of an address space's slot, not an object.
+	synthetic  bool
+	defaultLen int // -1 if unset
+	minLen     int // -1 if unset
+	maxLen     int // -1 if unset
 	reserved   []netip.Prefix
 	statusCIDR netip.Prefix // status.cidr as the API shows it
 	// labels are the pool's labels, for the metrics (the alert opt-out).
 	labels map[string]string
 	// consent is spec.allowedNamespaces: who may claim from the pool.
 	consent consent
+}
+
+// claimsFrom is the slot the pool's own claim is on: its parent's, or a
+// root pool's address space's.
+func (p *pool) claimsFrom() poolID {
+	if p.parent != "" {
+		return p.parent
+	}
+	return p.space
 }
 
 // slot gathers everything about one pool name: the pool (nil while it does
@@ -402,6 +416,10 @@ type book struct {
 	// goneAddresses records the UIDs of IPAddresses deleted while a
 	// catch-up read is applied; nil otherwise.
 	goneAddresses map[types.UID]struct{}
+	// spaces holds the rules of every AddressSpace object; defaultSpace
+	// the default space's while no AddressSpace named default exists.
+	spaces       map[string]consent
+	defaultSpace consent
 }
 
 type namespaceRecord struct {
@@ -447,7 +465,8 @@ type Ledger struct {
 // registered with Feed have delivered their initial lists.
 func New() *Ledger {
 	return &Ledger{
-		b:         book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}, addresses: addressBook{}},
+		b: book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}, addresses: addressBook{},
+			spaces: map[string]consent{}, defaultSpace: everyNamespace},
 		listeners: map[int]func(Event){},
 		lastRV:    map[string]string{},
 		changed:   make(chan struct{}),
@@ -478,6 +497,9 @@ func (b *book) slot(id poolID) *slot {
 		s = &slot{id: id, self: id.claimID(), claims: map[claimID]*claim{}, waiting: map[claimID]struct{}{}, requests: map[claimID]struct{}{},
 			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, foreign: map[string]int{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
 		b.slots[id] = s
+		if id.isSpace() {
+			b.attachSpace(s)
+		}
 	}
 	return s
 }
@@ -557,12 +579,14 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 	pl.spec, _ = ipspace.ParsePrefix(p.Spec.CIDR)
 	pl.statusCIDR, _ = ipspace.ParsePrefix(p.Status.CIDR)
 	if p.Spec.ParentRef == nil {
-		return pl, nil
+		// A root pool claims its range from its address space (spaces.go).
+		pl.space = spaceID(spaceOf(p), pl.spec.Addr().Is6())
+	} else {
+		pl.parent = poolIDOf(p.Spec.ParentRef.In(p.Namespace), p.Spec.ParentRef.Name)
 	}
-	pl.parent = poolIDOf(p.Spec.ParentRef.In(p.Namespace), p.Spec.ParentRef.Name)
 	c := &claim{
 		id:           pl.id.claimID(),
-		pool:         pl.parent,
+		pool:         pl.claimsFrom(),
 		uid:          p.UID,
 		rv:           p.ResourceVersion,
 		created:      pl.created,
@@ -857,15 +881,16 @@ func olderClaim(a, b *claim) int {
 	return statuscalc.Older(a.statuscalcClaim(), b.statuscalcClaim())
 }
 
-// servingRange is the range a slot's pool hands out: spec.cidr for a root
-// pool; for a child pool, the part of its parent's grant that the API shows
-// (claim.serves); invalid when it serves nothing (no pool, an unparseable
-// spec, a child not granted yet).
+// servingRange is the range a slot's pool hands out: the part of its
+// grant (from its parent, or a root pool's from its address space) that
+// the API shows (claim.serves); a space's synthetic pool serves its whole
+// family; invalid when it serves nothing (no pool, an unparseable spec,
+// not granted yet).
 func (b *book) servingRange(s *slot) netip.Prefix {
 	if s.pool == nil || !s.pool.spec.IsValid() {
 		return netip.Prefix{}
 	}
-	if s.pool.parent == "" {
+	if s.pool.synthetic {
 		return s.pool.spec
 	}
 	if c := b.claim(s.self); c != nil {

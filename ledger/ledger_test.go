@@ -26,8 +26,10 @@ func objMeta(name string, age int) metav1.ObjectMeta {
 		CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))}
 }
 
+// rootPool returns a root pool as the API shows it once its address space
+// granted its range (status.cidr written).
 func rootPool(name, cidr string, defaultLen int32) *ipamv1.SubnetPool {
-	p := &ipamv1.SubnetPool{ObjectMeta: objMeta(name, 0), Spec: ipamv1.SubnetPoolSpec{CIDR: cidr}}
+	p := &ipamv1.SubnetPool{ObjectMeta: objMeta(name, 0), Spec: ipamv1.SubnetPoolSpec{CIDR: cidr}, Status: ipamv1.SubnetPoolStatus{CIDR: cidr}}
 	if defaultLen > 0 {
 		p.Spec.DefaultPrefixLength = ptr.To(defaultLen)
 	}

@@ -318,7 +318,7 @@ func (l *Ledger) pools() []Object {
 	defer l.mu.RUnlock()
 	var pools []Object
 	for id, s := range l.b.slots {
-		if s.pool != nil {
+		if s.pool != nil && !s.pool.synthetic {
 			pools = append(pools, Object{id.namespace(), id.name()})
 		}
 	}

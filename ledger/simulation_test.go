@@ -536,7 +536,11 @@ func (s *simulation) serving(name string) (netip.Prefix, []netip.Prefix, int, bo
 		reserved = append(reserved, netip.MustParsePrefix(r))
 	}
 	if p.Spec.ParentRef == nil {
-		return netip.MustParsePrefix(p.Spec.CIDR), reserved, int(*p.Spec.DefaultPrefixLength), true
+		// A root pool serves what its address space granted it.
+		if p.Status.CIDR == "" {
+			return netip.Prefix{}, nil, 0, false
+		}
+		return netip.MustParsePrefix(p.Status.CIDR), reserved, int(*p.Spec.DefaultPrefixLength), true
 	}
 	if parent := s.pools[p.Spec.ParentRef.Name]; p.Status.CIDR == "" || parent == nil || parent.DeletionTimestamp != nil {
 		return netip.Prefix{}, nil, 0, false

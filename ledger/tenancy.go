@@ -109,6 +109,16 @@ func (b *book) notAllowed(c *claim) (Decision, bool) {
 	if s == nil || s.pool == nil {
 		return Decision{}, true // poolUnusable: PoolNotFound
 	}
+	if c.pool.isSpace() {
+		nsLabels, known := b.nsLabels[c.id.namespace()]
+		why := "its labels are not known to the operator yet"
+		if known {
+			why = "it lacks " + strings.Join(missingRequirements(s.pool.consent, nsLabels), ", ")
+		}
+		return Decision{Reason: ipamv1.ReasonNotAllowed, Message: fmt.Sprintf(
+			"address space %s does not take root pools from namespace %s: %s; ask the platform team, or carve this pool from an existing one with spec.parentRef",
+			c.pool.spaceName(), c.id.namespace(), why)}, false
+	}
 	return Decision{Reason: ipamv1.ReasonNotAllowed, Message: fmt.Sprintf(
 		"SubnetPool %s %s, not from %s", c.pool, s.pool.consent.describe(c.pool.namespace()), c.id.namespace())}, false
 }

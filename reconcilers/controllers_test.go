@@ -49,6 +49,7 @@ func newFixture(t *testing.T, funcs interceptor.Funcs) *fixture {
 	pool := &ipamv1.SubnetPool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "dc", UID: "uid-dc", CreationTimestamp: created, Generation: 1},
 		Spec:       ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/24", DefaultPrefixLength: ptr.To[int32](26)},
+		Status:     ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/24"}, // granted by its address space
 	}
 	sub := &ipamv1.Subnet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", UID: "uid-web", CreationTimestamp: created, Generation: 1},

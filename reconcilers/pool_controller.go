@@ -30,6 +30,7 @@ import (
 // cannot narrow a verb to metadata), and its status.
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=list;watch
+// +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=addressspaces,verbs=list;watch
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools/status,verbs=patch
 
 // PoolStatusReconciler owns everything a pool shows: the finalizer that
@@ -111,7 +112,8 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	}
 	figures, _ := r.Ledger.PoolFigures(p.Namespace, p.Name)
 	poolStatusCompute.Observe(time.Since(computeStart).Seconds())
-	readiness := statuscalc.Readiness{Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message, CIDR: d.CIDR}
+	readiness := statuscalc.Readiness{Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message, CIDR: d.CIDR,
+		Root: p.Spec.ParentRef == nil, RootOverlaps: d.RootOverlaps}
 	if d.Ready() {
 		readiness.Status = metav1.ConditionTrue
 	}
@@ -278,5 +280,21 @@ func (r *PoolStatusReconciler) recordTransitions(before, after *ipamv1.SubnetPoo
 	}
 	if c, ok := became(ipamv1.ConditionOverlapping); ok {
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "ClaimsOverlap", "Arbitrate", "%s", c.Message)
+	}
+	if c, ok := became(ipamv1.ConditionAddressSpaceOverlap); ok {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, ipamv1.ReasonRootPoolsOverlap, "Arbitrate", "%s", c.Message)
+	}
+	// A root pool that waits for its address space (it overlaps another
+	// root pool, its space does not exist or does not take its namespace)
+	// says so once per reason, as Subnets do.
+	if after.Spec.ParentRef == nil {
+		now := meta.FindStatusCondition(after.Status.Conditions, ipamv1.ConditionReady)
+		was := meta.FindStatusCondition(before.Status.Conditions, ipamv1.ConditionReady)
+		if now != nil && now.Status == metav1.ConditionFalse && (was == nil || was.Reason != now.Reason) {
+			switch now.Reason {
+			case ipamv1.ReasonOverlaps, ipamv1.ReasonAddressSpaceNotFound, ipamv1.ReasonNotAllowed:
+				r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, now.Reason, "Arbitrate", "%s", now.Message)
+			}
+		}
 	}
 }

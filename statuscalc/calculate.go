@@ -56,6 +56,11 @@ type Readiness struct {
 	Reason  string
 	Message string
 	CIDR    netip.Prefix
+	// Root: the pool has no parent, so it has the AddressSpaceOverlap
+	// condition; RootOverlaps is its message when it overlaps another
+	// root pool of its space ("" when it does not).
+	Root         bool
+	RootOverlaps string
 }
 
 // Measure fills the figures that come from a pool's free-space map. The map
@@ -300,6 +305,9 @@ func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPo
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
 	set(metav1.Condition{Type: ipamv1.ConditionReady, Status: ready.Status, Reason: ready.Reason, Message: ready.Message})
+	if ready.Root {
+		set(rootOverlap(ready.RootOverlaps))
+	}
 	if ready.CIDR.IsValid() {
 		st.CIDR = ready.CIDR.String()
 	}
@@ -414,4 +422,14 @@ func Ratio(part, whole *big.Int) float64 {
 	}
 	r, _ := new(big.Rat).SetFrac(part, whole).Float64()
 	return r
+}
+
+// rootOverlap says whether a root pool overlaps another root pool of its
+// address space.
+func rootOverlap(message string) metav1.Condition {
+	if message == "" {
+		return metav1.Condition{Type: ipamv1.ConditionAddressSpaceOverlap, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonNoRootOverlap,
+			Message: "no other root pool of its address space overlaps it"}
+	}
+	return metav1.Condition{Type: ipamv1.ConditionAddressSpaceOverlap, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonRootPoolsOverlap, Message: message}
 }

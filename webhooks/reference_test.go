@@ -242,14 +242,17 @@ func TestAllowedNamespacesRules(t *testing.T) {
 	}
 }
 
-// A platform can keep root pools in its own namespaces.
+// A platform can keep root pools in its own namespaces: the default
+// address space takes them only from namespaces with its label, and the
+// refusal says which label is missing, not the rest of the rules.
 func TestRootPoolNamespaces(t *testing.T) {
 	w := tenancyWorld()
 	v := w.poolValidator()
-	v.RootPoolNamespaces = labels.SelectorFromSet(labels.Set{"kubernetes.io/metadata.name": "netops"})
+	w.ledger.SetDefaultSpaceRules(labels.SelectorFromSet(labels.Set{ipamv1.LabelRootPools: "true"}))
+	w.ledger.ApplyNamespace("netops", map[string]string{"kubernetes.io/metadata.name": "netops", ipamv1.LabelRootPools: "true"}, ledger.Updated)
 	root := pool("mine", "192.168.0.0/16")
 	_, err := v.ValidateCreate(withOp(admissionv1.Create), root)
-	want := `SubnetPool.ipam.subnet-operator.io "mine" is invalid: spec.parentRef: Forbidden: root SubnetPools (without parentRef) may be created only in namespaces matching kubernetes.io/metadata.name=netops, and namespace team-a does not; carve this pool from one of those pools with spec.parentRef, or ask the platform team`
+	want := `SubnetPool.ipam.subnet-operator.io "mine" is invalid: spec.addressSpace: Forbidden: address space default takes root pools (without parentRef) only from namespaces the platform allows, and namespace team-a lacks ipam.subnet-operator.io/root-pools=true; ask the platform team to label it, or carve this pool from an existing one with spec.parentRef`
 	if err == nil || err.Error() != want {
 		t.Errorf("root pool in a tenant namespace: got %v\nwant %s", err, want)
 	}
@@ -261,6 +264,55 @@ func TestRootPoolNamespaces(t *testing.T) {
 	kid.Spec.ParentRef.Namespace = "netops"
 	if _, err := v.ValidateCreate(withOp(admissionv1.Create), kid); err != nil {
 		t.Errorf("child pool in a tenant namespace: %v", err)
+	}
+}
+
+// Root pools of one address space never overlap, whichever namespaces
+// they are in: a tenant cannot create a root pool over the platform's
+// range (and is not told the platform pool's name); a named space is the
+// way to overlap on purpose, and it must exist and take the namespace.
+func TestRootPoolsOfASpaceDoNotOverlap(t *testing.T) {
+	w := tenancyWorld() // netops/corp holds 10.2.0.0/16 (and more) in the default space
+	v := w.poolValidator()
+	mine := pool("mine", "10.2.0.0/24") // team-a
+	_, err := v.ValidateCreate(withOp(admissionv1.Create), mine)
+	want := `SubnetPool.ipam.subnet-operator.io "mine" is invalid: spec.cidr: Invalid value: "10.2.0.0/24": overlaps a range held in another namespace (10.2.0.0/16), a root pool of address space default; pick a free range, carve this pool from that one with spec.parentRef, or put it in another address space for a deliberate overlap`
+	if err == nil || err.Error() != want {
+		t.Errorf("tenant root over the platform's range: got %v\nwant %s", err, want)
+	}
+	same := pool("again", "10.2.0.0/20")
+	same.Namespace = "netops"
+	_, err = v.ValidateCreate(withOp(admissionv1.Create), same)
+	if err == nil || !strings.Contains(err.Error(), "overlaps SubnetPool netops/") {
+		t.Errorf("root over a root of the same namespace names it: %v", err)
+	}
+	// Growing into another root's range is refused too.
+	free := pool("free", "10.9.0.0/24")
+	w.add(free)
+	grown := free.DeepCopy()
+	grown.Spec.CIDR = "10.8.0.0/14"
+	if _, err := v.ValidateUpdate(withUpdate(free), free, grown); err != nil {
+		t.Errorf("growth into free space: %v", err)
+	}
+	grown.Spec.CIDR = "10.0.0.0/12"
+	_, err = v.ValidateUpdate(withUpdate(free), free, grown)
+	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Invalid(field.NewPath("spec", "cidr"), "", "")}, fieldErrors(t, err))
+
+	// A named space: refused until it exists, then taken.
+	lab := pool("lab", "10.2.0.0/24")
+	lab.Spec.AddressSpace = "lab"
+	_, err = v.ValidateCreate(withOp(admissionv1.Create), lab)
+	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Invalid(field.NewPath("spec", "addressSpace"), "", "")}, fieldErrors(t, err))
+	w.ledger.ApplyAddressSpace(&ipamv1.AddressSpace{ObjectMeta: metav1.ObjectMeta{Name: "lab"},
+		Spec: ipamv1.AddressSpaceSpec{RootPoolNamespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "true"}}}}, ledger.Created)
+	if _, err := v.ValidateCreate(withOp(admissionv1.Create), lab); err != nil {
+		t.Errorf("root pool in the lab space: %v", err)
+	}
+	elsewhere := lab.DeepCopy()
+	elsewhere.Namespace = "team-b" // no tenant label
+	_, err = v.ValidateCreate(withOp(admissionv1.Create), elsewhere)
+	if err == nil || !strings.Contains(err.Error(), "namespace team-b lacks tenant=true") {
+		t.Errorf("root pool in the lab space from a namespace it does not take: %v", err)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -88,11 +87,7 @@ func oldPool(ctx context.Context) *ipamv1.SubnetPool {
 // pool in use.
 type SubnetPoolValidator struct {
 	Ledger *ledger.Ledger
-	// RootPoolNamespaces, if set, selects the namespaces where root pools
-	// (no parentRef) may be created: a platform keeps the address plan's
-	// roots in its own namespaces (Options.RootPoolNamespaces).
-	RootPoolNamespaces labels.Selector
-	fresh              *freshness
+	fresh  *freshness
 }
 
 var _ admission.Validator[*ipamv1.SubnetPool] = &SubnetPoolValidator{}
@@ -161,20 +156,28 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if ref := p.Spec.ParentRef; ref != nil {
 		domain = append(domain, ipamv1.PoolReference{Namespace: ref.In(p.Namespace), Name: ref.Name})
 	}
-	if err := v.fresh.awaitDomain(ctx, p.Namespace, domain, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
-		return internalError(ctx, statuscalc.KindSubnetPool, err)
+	var err error
+	if p.Spec.ParentRef == nil {
+		// The root pools of a space live in every namespace: caught up
+		// with all of them.
+		err = v.fresh.await(ctx, "", statuscalc.KindSubnet, statuscalc.KindSubnetPool)
+	} else {
+		err = v.fresh.awaitDomain(ctx, p.Namespace, domain, statuscalc.KindSubnet, statuscalc.KindSubnetPool)
 	}
-	if old == nil && p.Spec.ParentRef == nil {
-		// After the barrier: the ledger holds the namespaces' labels.
-		if res.merge(v.validateRootNamespace(p.Namespace)); len(res.errs) > 0 {
-			return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
-		}
+	if err != nil {
+		return internalError(ctx, statuscalc.KindSubnetPool, err)
 	}
 	cidr, err := ipspace.ParsePrefix(p.Spec.CIDR) // validated above, or unchanged
 	if err != nil {
 		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 	}
-	if p.Spec.ParentRef != nil {
+	if p.Spec.ParentRef == nil {
+		// After the barrier: the ledger holds the namespaces' labels and
+		// the other root pools.
+		if res.merge(v.validateInSpace(p, cidr, old == nil)); len(res.errs) > 0 {
+			return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
+		}
+	} else {
 		res.merge(v.validateInParent(p, cidr))
 	}
 	if old != nil {
@@ -183,24 +186,40 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 }
 
-// validateRootNamespace refuses a root pool in a namespace that
-// RootPoolNamespaces does not select.
-func (v *SubnetPoolValidator) validateRootNamespace(namespace string) verdict {
+// validateInSpace checks a root pool against its address space: the space
+// exists, takes root pools from the pool's namespace (on create: a pool
+// keeps its place when its namespace loses the label), and no other root
+// pool of the space overlaps the range. Another root pool is named only
+// if it is in the requester's namespace.
+func (v *SubnetPoolValidator) validateInSpace(p *ipamv1.SubnetPool, cidr netip.Prefix, create bool) verdict {
 	var res verdict
-	if v.RootPoolNamespaces == nil || namespace == "" {
+	path := specPath.Child("addressSpace")
+	space := p.Spec.AddressSpace
+	if space == "" {
+		space = ipamv1.DefaultAddressSpace
+	}
+	view := v.Ledger.Space(space, p.Namespace)
+	switch {
+	case !view.Exists:
+		res.add(reasonSpaceNotFound, field.Invalid(path, p.Spec.AddressSpace, fmt.Sprintf(
+			"AddressSpace %s does not exist; ask the platform team to create it, or leave spec.addressSpace empty for the default space", space)))
+		return res
+	case create && !view.Known:
+		res.add(reasonNotAllowed, field.Forbidden(path, fmt.Sprintf(
+			"address space %s takes root pools only from namespaces the platform allows, and the labels of namespace %s are not known to the operator yet; if it was just created, retry",
+			space, p.Namespace)))
+		return res
+	case create && !view.Allowed:
+		res.add(reasonNotAllowed, field.Forbidden(path, fmt.Sprintf(
+			"address space %s takes root pools (without parentRef) only from namespaces the platform allows, and namespace %s lacks %s; "+
+				"ask the platform team to label it, or carve this pool from an existing one with spec.parentRef",
+			space, p.Namespace, strings.Join(view.Missing, ", "))))
 		return res
 	}
-	nsLabels, known := v.Ledger.NamespaceLabels(namespace)
-	switch {
-	case !known: // an empty label set would match a negative selector
-		res.add(reasonNotAllowed, field.Forbidden(specPath.Child("parentRef"), fmt.Sprintf(
-			"root SubnetPools (without parentRef) may be created only in namespaces matching %s, and the labels of namespace %s are not known to the operator yet; if it was just created, retry",
-			v.RootPoolNamespaces, namespace)))
-	case !v.RootPoolNamespaces.Matches(labels.Set(nsLabels)):
-		res.add(reasonNotAllowed, field.Forbidden(specPath.Child("parentRef"), fmt.Sprintf(
-			"root SubnetPools (without parentRef) may be created only in namespaces matching %s, and namespace %s does not; "+
-				"carve this pool from one of those pools with spec.parentRef, or ask the platform team",
-			v.RootPoolNamespaces, namespace)))
+	if found, total := v.Ledger.SpaceOverlapping(space, cidr, p.Namespace, p.Name, maxNamed); total > 0 {
+		res.add(reasonOverlap, field.Invalid(specPath.Child("cidr"), p.Spec.CIDR, fmt.Sprintf(
+			"overlaps %s, a root pool of address space %s; pick a free range, carve this pool from that one with spec.parentRef, or put it in another address space for a deliberate overlap",
+			describe(found, total, []string{p.Namespace}), space)))
 	}
 	return res
 }

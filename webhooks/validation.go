@@ -33,6 +33,7 @@ const (
 	reasonImmutable        = "immutable"
 	reasonPoolTerminating  = "pool_terminating"
 	reasonParentNotFound   = "parent_not_found"
+	reasonSpaceNotFound    = "address_space_not_found"
 	reasonCycle            = "cycle"
 	reasonShrink           = "shrink"
 	reasonInUse            = "in_use"

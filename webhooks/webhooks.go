@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,10 +42,6 @@ type Options struct {
 	// sync (a replica that just started) before it is refused with
 	// Retry-After. Default 5s.
 	SyncTimeout time.Duration
-	// RootPoolNamespaces, if set, selects the namespaces where root pools
-	// may be created (the manager's --root-pool-namespace-selector); nil:
-	// every namespace.
-	RootPoolNamespaces labels.Selector
 }
 
 // Setup registers the defaulting and validating webhooks of both kinds with
@@ -79,7 +74,7 @@ func Setup(mgr ctrl.Manager, l *ledger.Ledger, reader client.Reader, opts Option
 		WithConverter(conversion.NewHubSpokeConverter(&ipamv1.SubnetPool{},
 			conversion.NewSpokeConverter(&ipamv1alpha1.SubnetPool{}, ipamv1alpha1.ConvertSubnetPoolFromHub, ipamv1alpha1.ConvertSubnetPoolToHub))).
 		WithDefaulter(&SubnetPoolDefaulter{}).
-		WithValidator(&SubnetPoolValidator{Ledger: l, RootPoolNamespaces: opts.RootPoolNamespaces, fresh: f}).
+		WithValidator(&SubnetPoolValidator{Ledger: l, fresh: f}).
 		Complete(); err != nil {
 		return fmt.Errorf("subnetpool webhooks: %w", err)
 	}

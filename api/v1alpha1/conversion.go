@@ -84,6 +84,7 @@ func ConvertSubnetPoolToHub(_ context.Context, src *SubnetPool, dst *v1alpha2.Su
 	dst.Spec = v1alpha2.SubnetPoolSpec{
 		CIDR:                src.Spec.CIDR,
 		ParentRef:           parent,
+		AddressSpace:        src.Spec.AddressSpace,
 		AllowedNamespaces:   allowed,
 		DefaultPrefixLength: copyInt32(src.Spec.DefaultPrefixLength),
 		MinPrefixLength:     copyInt32(src.Spec.MinPrefixLength),
@@ -121,6 +122,7 @@ func ConvertSubnetPoolFromHub(_ context.Context, src *v1alpha2.SubnetPool, dst *
 	dst.Spec = SubnetPoolSpec{
 		CIDR:                src.Spec.CIDR,
 		ParentRef:           parent,
+		AddressSpace:        src.Spec.AddressSpace,
 		DefaultPrefixLength: copyInt32(src.Spec.DefaultPrefixLength),
 		MinPrefixLength:     copyInt32(src.Spec.MinPrefixLength),
 		MaxPrefixLength:     copyInt32(src.Spec.MaxPrefixLength),

@@ -17,6 +17,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="!isCIDR(self.cidr) || !has(self.maxPrefixLength) || (self.maxPrefixLength >= cidr(self.cidr).prefixLength() && self.maxPrefixLength <= (cidr(self.cidr).ip().family() == 4 ? 32 : 128))",message="maxPrefixLength must lie between the pool's own prefix length and the family's maximum (32 for IPv4, 128 for IPv6)"
 // +kubebuilder:validation:XValidation:rule="!has(self.reserved) || !isCIDR(self.cidr) || self.reserved.all(r, !isCIDR(r) || cidr(self.cidr).containsCIDR(r))",message="every reserved range must lie inside cidr and be of its family"
 // +kubebuilder:validation:XValidation:rule="has(self.parentRef) == has(oldSelf.parentRef)",message="parentRef cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="!has(self.addressSpace) || !has(self.parentRef)",message="addressSpace is set on root pools only: a child pool is in its parent's address space"
+// +kubebuilder:validation:XValidation:rule="(has(self.addressSpace) ? self.addressSpace : ”) == (has(oldSelf.addressSpace) ? oldSelf.addressSpace : ”)",message="addressSpace is immutable: create a new root pool in the other space"
 type SubnetPoolSpec struct {
 	// CIDR is the range of the pool in canonical form, IPv4 (10.0.0.0/16) or
 	// IPv6 (2001:db8::/48). Host bits must be zero. It may grow to a range
@@ -69,6 +71,15 @@ type SubnetPoolSpec struct {
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/24 (no zone, no leading zeros, no IPv4-mapped IPv6)"
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"
 	Reserved []string `json:"reserved,omitempty"`
+
+	// AddressSpace is the space of a root pool: no two root pools of one
+	// space overlap. Empty means the default space. Immutable. (As in
+	// v1alpha2: a field, not an annotation, so no version carries it
+	// past the schema's checks.)
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	AddressSpace string `json:"addressSpace,omitempty"`
 }
 
 // SubnetPoolStatus is what the controller observed of the pool. Address counts

@@ -30,6 +30,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(GroupVersion,
 		&SubnetPool{}, &SubnetPoolList{},
 		&Subnet{}, &SubnetList{},
+		&AddressSpace{}, &AddressSpaceList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil

@@ -13,6 +13,11 @@ const (
 	// namespaces that spec.allowedNamespaces no longer allows. They keep
 	// them; the message names the first few.
 	ConditionClaimsNotAllowed = "ClaimsNotAllowed"
+	// ConditionAddressSpaceOverlap on a root pool: it overlaps another
+	// root pool of its address space. Both were granted before the arbiter
+	// kept root pools apart (an earlier release) and keep their ranges;
+	// the message names the other.
+	ConditionAddressSpaceOverlap = "AddressSpaceOverlap"
 )
 
 // Condition reasons. They are CamelCase and stable: dashboards and alerts
@@ -69,6 +74,13 @@ const (
 	ReasonNoOverlap = "NoOverlap"
 	// ReasonAllAllowed: ClaimsNotAllowed is False.
 	ReasonAllAllowed = "AllAllowed"
+	// ReasonAddressSpaceNotFound: a root pool names an AddressSpace that
+	// does not exist; it waits for it.
+	ReasonAddressSpaceNotFound = "AddressSpaceNotFound"
+	// ReasonRootPoolsOverlap: AddressSpaceOverlap is True.
+	ReasonRootPoolsOverlap = "RootPoolsOverlap"
+	// ReasonNoRootOverlap: AddressSpaceOverlap is False.
+	ReasonNoRootOverlap = "NoRootOverlap"
 )
 
 const (
@@ -83,4 +95,9 @@ const (
 	// AnnotationRecompute on a pool: changing its value forces the controller
 	// to recompute the pool's status (for example after restoring a backup).
 	AnnotationRecompute = "ipam.subnet-operator.io/recompute"
+
+	// LabelRootPools on a namespace, set to "true", lets it create root
+	// pools in the default address space where the install restricts it
+	// (the shipped manifests and chart do: --root-pool-namespace-selector).
+	LabelRootPools = "ipam.subnet-operator.io/root-pools"
 )

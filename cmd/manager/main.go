@@ -91,7 +91,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.DurationVar(&f.reconcileTimeout, "reconcile-timeout", 90*time.Second, "Bound on one reconcile.")
 	flag.DurationVar(&f.freshnessTimeout, "admission-freshness-timeout", 2*time.Second, "Bound on how long an admission waits for this replica's view to catch up with the API server.")
 	flag.StringVar(&f.poolAlertsLabel, "pool-alerts-label", "ipam.subnet-operator.io/alerts", "SubnetPool label that, set to \"off\", opts a pool out of the per-pool alerts (the metric subnet_operator_pool_info says alerts=\"off\").")
-	flag.StringVar(&f.rootPoolNamespaces, "root-pool-namespace-selector", "", "Label selector of the namespaces where root SubnetPools (without parentRef) may be created, such as ipam.subnet-operator.io/platform=true; empty: every namespace. Admission refuses a root pool elsewhere.")
+	flag.StringVar(&f.rootPoolNamespaces, "root-pool-namespace-selector", "", "Label selector of the namespaces where root SubnetPools (without parentRef) may be created in the default address space, such as ipam.subnet-operator.io/root-pools=true; empty: every namespace. An AddressSpace named default, if one exists, sets this instead. Admission refuses a root pool elsewhere, and the arbiter does not grant it.")
 	flag.DurationVar(&f.auditInterval, "audit-interval", 5*time.Minute, "How often the leader checks that no two Ready claims overlap and each lies inside its pool; 0 turns the audit off.")
 	flag.StringVar(&f.clusterAPI, "cluster-api-ipam", "auto", "Answer Cluster API IPAddressClaims from Subnets (docs/cluster-api.md): auto (when the API server serves ipam.cluster.x-k8s.io/v1beta2 at start), on (fail to start if it does not), off.")
 	flag.DurationVar(&f.addressReuseAfter, "address-reuse-after", time.Minute, "Cool-down of a released Cluster API address: it is handed out again only this long after its IPAddress was deleted (ARP/ND caches and DNS outlive a machine).")
@@ -187,6 +187,13 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("registering field indexes: %w", err)
 	}
 	l := ledger.New()
+	if f.rootPoolNamespaces != "" {
+		sel, err := labels.Parse(f.rootPoolNamespaces)
+		if err != nil {
+			return fmt.Errorf("--root-pool-namespace-selector: %w", err)
+		}
+		l.SetDefaultSpaceRules(sel)
+	}
 	// Subnets reach the ledger from a reflector of their own, not through
 	// the cache: the ledger is their only store (ledger.SubnetFeed).
 	subnetClient, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper()})
@@ -201,11 +208,6 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	webhookOpts := webhooks.Options{FreshnessTimeout: f.freshnessTimeout}
-	if f.rootPoolNamespaces != "" {
-		if webhookOpts.RootPoolNamespaces, err = labels.Parse(f.rootPoolNamespaces); err != nil {
-			return fmt.Errorf("--root-pool-namespace-selector: %w", err)
-		}
-	}
 	if err := webhooks.Setup(mgr, l, mgr.GetAPIReader(), webhookOpts); err != nil {
 		return err
 	}
