@@ -49,7 +49,8 @@ func NewCommand(stdout, stderr io.Writer) *cobra.Command {
 		Short:       "See the address space that subnet-operator manages",
 		Long: `kubectl ipam shows SubnetPools and Subnets of subnet-operator: the pool tree
 with utilization, a pool's free blocks, the range the next allocation would
-get (without allocating), and which pool or Subnet holds an address.`,
+get (without allocating), which pool or Subnet holds an address, and the
+address spaces with their root pools.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -222,7 +223,28 @@ runs.`,
 	for _, c := range []*cobra.Command{tree, whoHas} {
 		c.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "Every namespace (the default for this command)")
 	}
-	root.AddCommand(tree, free, next, whoHas, migrate)
+	spaces := &cobra.Command{
+		Use:   "spaces",
+		Short: "Show the address spaces, who may hold root pools in each, and their root pools",
+		Long: `Show every address space (the default one, and each AddressSpace) with the
+namespaces that may hold root pools in it and its root pools, by range: which
+holds its range, which waits and why, and which overlap another root pool of
+their space (granted before spaces were kept apart). Needs a cluster-wide
+list of SubnetPools and AddressSpaces.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := setup()
+			if err != nil {
+				return err
+			}
+			rows, err := Spaces(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			return out().spaces(rows)
+		},
+	}
+	root.AddCommand(tree, free, next, whoHas, spaces, migrate)
 	return root
 }
 

@@ -329,8 +329,12 @@ func (b *book) whyNotGranted(s *slot, c *claim) Decision {
 
 // rules are what the slot's pool allows, in the words the webhooks use.
 func (b *book) rules(s *slot) ipspace.Rules {
+	name := "SubnetPool " + string(s.id)
+	if s.id.isSpace() {
+		name = "address space " + s.id.spaceName()
+	}
 	return ipspace.Rules{
-		Name: "SubnetPool " + string(s.id), Pool: s.serving,
+		Name: name, Pool: s.serving,
 		Reserved: s.pool.reserved, MinLength: s.pool.minLen, MaxLength: s.pool.maxLen,
 	}
 }
@@ -533,7 +537,7 @@ func (b *book) users(s *slot) (subnets, children int) {
 // the pool, so they neither keep it from being deleted nor keep a range
 // from others (else a tenant could claim a pool's whole range before the
 // pool exists, and block its owners). O(namespaces with claims on the
-// pool), plus the claims of the namespaces it does not allow.
+// pool), plus the pool's claims from the namespaces it does not allow.
 func (b *book) outsiders(s *slot) []*claim {
 	return b.refusedClaims(s, func(c *claim) bool { return !c.holds().IsValid() })
 }
@@ -542,12 +546,12 @@ func (b *book) outsiders(s *slot) []*claim {
 // allow, among those that keep says to.
 func (b *book) refusedClaims(s *slot, keep func(*claim) bool) []*claim {
 	var out []*claim
-	for ns := range s.foreign {
+	for ns, ids := range s.foreign {
 		if b.allowsNamespace(s, ns) {
 			continue
 		}
-		for _, c := range b.namespaces[ns].claims {
-			if c.pool == s.id && keep(c) {
+		for id := range ids {
+			if c := s.claims[id]; keep(c) {
 				out = append(out, c)
 			}
 		}

@@ -188,8 +188,16 @@ func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
 	s.opened = s.opened || facts.consent.from != ipamv1.FromSame
 	var wake []claimID
 	if asClaim != nil {
+		var moved *slot // the slot its claim was on, if that changes
+		if c := b.claim(asClaim.id); c != nil && c.pool != asClaim.pool {
+			moved = b.slots[c.pool]
+		}
 		released := b.upsertClaim(asClaim)
 		wake = append(wake, b.wakeAfterRelease(asClaim.pool, released)...)
+		if moved != nil {
+			moved.sweep = true
+			wake = append(wake, b.waiters(moved)...)
+		}
 	} else if stale := b.claim(s.self); stale != nil {
 		// Only a bypassed schema removes a parentRef.
 		released := b.removeClaim(stale.id)

@@ -366,11 +366,13 @@ type slot struct {
 	// outside holds the claims whose held range breaks the pool's current
 	// rules (see claim.outside).
 	outside map[claimID]struct{}
-	// foreign counts the claims from namespaces other than the pool's, by
+	// foreign holds the claims from namespaces other than the pool's, by
 	// namespace: consent applies to those only, and is a property of the
 	// namespace, so a question about consent costs O(namespaces) here, and
-	// O(claims) only for a namespace the pool does not allow.
-	foreign map[string]int
+	// O(the pool's claims from that namespace) for a namespace the pool
+	// does not allow, never a walk of the namespace's other claims (a
+	// tenant's junk elsewhere does not slow this pool's decisions).
+	foreign map[string]map[claimID]struct{}
 	// opened is set once the pool was seen allowing other namespaces, and
 	// stays: claims they made then may still be on their way to this
 	// replica after the pool went back to Same (SharedDomain).
@@ -495,7 +497,7 @@ func (b *book) slot(id poolID) *slot {
 	s := b.slots[id]
 	if s == nil {
 		s = &slot{id: id, self: id.claimID(), claims: map[claimID]*claim{}, waiting: map[claimID]struct{}{}, requests: map[claimID]struct{}{},
-			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, foreign: map[string]int{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
+			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, foreign: map[string]map[claimID]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
 		b.slots[id] = s
 		if id.isSpace() {
 			b.attachSpace(s)
@@ -579,8 +581,16 @@ func poolFacts(p *ipamv1.SubnetPool) (*pool, *claim) {
 	pl.spec, _ = ipspace.ParsePrefix(p.Spec.CIDR)
 	pl.statusCIDR, _ = ipspace.ParsePrefix(p.Status.CIDR)
 	if p.Spec.ParentRef == nil {
-		// A root pool claims its range from its address space (spaces.go).
-		pl.space = spaceID(spaceOf(p), pl.spec.Addr().Is6())
+		// A root pool claims its range from its address space (spaces.go),
+		// in the slot of the family it holds (a spec edited to another
+		// family asks for a range the slot cannot grant, and keeps what it
+		// holds from other roots), else of its spec. An unparseable spec
+		// has no family; it asks for nothing.
+		family := pl.statusCIDR
+		if !family.IsValid() {
+			family = pl.spec
+		}
+		pl.space = spaceID(spaceOf(p), family.Addr().Is6())
 	} else {
 		pl.parent = poolIDOf(p.Spec.ParentRef.In(p.Namespace), p.Spec.ParentRef.Name)
 	}
@@ -635,7 +645,10 @@ func (b *book) upsertClaim(next *claim) change {
 		next.pool = s.id // one string per pool, not one per claim
 		s.claims[next.id] = next
 		if ns := next.id.namespace(); ns != s.id.namespace() {
-			s.foreign[ns]++
+			if s.foreign[ns] == nil {
+				s.foreign[ns] = map[claimID]struct{}{}
+			}
+			s.foreign[ns][next.id] = struct{}{}
 		}
 		s.count(next.key(), next.reason, +1)
 		b.indexClaim(s, next, true)
@@ -713,7 +726,7 @@ func (b *book) removeClaim(key claimID) change {
 	b.indexClaim(s, c, false)
 	delete(s.claims, key)
 	if ns := key.namespace(); ns != s.id.namespace() {
-		if s.foreign[ns]--; s.foreign[ns] <= 0 {
+		if delete(s.foreign[ns], key); len(s.foreign[ns]) == 0 {
 			delete(s.foreign, ns)
 		}
 	}

@@ -63,11 +63,24 @@ func (l *Ledger) Overlapping(pool ipamv1.PoolReference, p netip.Prefix, excludeN
 		return nil, 0
 	}
 	c := collector{limit: limit, seen: map[claimID]bool{idOf(excludeNamespace, exclude): true}}
-	for _, o := range l.b.outsiders(s) {
-		c.seen[o.id] = true // a refused claim keeps nothing from others
+	// A claim the pool refuses keeps only what it holds from others: not
+	// a range it asks for (else a tenant whose namespace lost the right
+	// could ask for a larger range and block the owners from it).
+	refused := map[claimID]*claim{}
+	for _, o := range l.b.refusedClaims(s, func(*claim) bool { return true }) {
+		if o.holds().IsValid() {
+			refused[o.id] = o
+		} else {
+			c.seen[o.id] = true // holds nothing: keeps nothing
+		}
 	}
 	skipped := len(c.seen) - 1
-	s.index.Overlapping(p, c.add)
+	s.index.Overlapping(p, func(e ipspace.Entry[claimID]) bool {
+		if o := refused[e.Owner]; o != nil && !slices.Contains(o.footprint(), e.Prefix) {
+			return true
+		}
+		return c.add(e)
+	})
 	return c.found, len(c.seen) - 1 - skipped
 }
 

@@ -181,15 +181,29 @@ type SpaceView struct {
 	Missing []string
 }
 
-// Space answers admission for a root pool of namespace in space.
+// Space answers admission for a root pool of namespace in space, with the
+// namespace's labels as the ledger knows them.
 func (l *Ledger) Space(space, namespace string) SpaceView {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	rules, exists := l.b.spaceConsent(space)
+	nsLabels, known := l.b.nsLabels[namespace]
+	return l.b.spaceView(space, namespace, nsLabels, known)
+}
+
+// SpaceWithLabels is Space with the namespace's labels read from the API
+// server: a namespace labelled a moment ago is not refused on a view that
+// has not seen the label yet.
+func (l *Ledger) SpaceWithLabels(space, namespace string, nsLabels map[string]string) SpaceView {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.b.spaceView(space, namespace, nsLabels, true)
+}
+
+func (b *book) spaceView(space, namespace string, nsLabels labels.Set, known bool) SpaceView {
+	rules, exists := b.spaceConsent(space)
 	if !exists {
 		return SpaceView{}
 	}
-	nsLabels, known := l.b.nsLabels[namespace]
 	// Labels matter only to a selector.
 	v := SpaceView{Exists: true, Known: known || rules.from == ipamv1.FromAll, Allowed: rules.allows(spaceNamespace, namespace, nsLabels, known)}
 	if !v.Allowed && known {

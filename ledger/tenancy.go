@@ -236,7 +236,9 @@ func (b *book) consentChanged(namespace string) ([]claimID, []ipamv1.PoolReferen
 		if c.pool.namespace() == namespace {
 			continue
 		}
-		pools[c.pool] = struct{}{}
+		if !c.pool.isSpace() { // a space is no SubnetPool to reconcile
+			pools[c.pool] = struct{}{}
+		}
 		if s := b.slots[c.pool]; s != nil {
 			if _, waiting := s.waiting[id]; waiting {
 				wake = append(wake, id)

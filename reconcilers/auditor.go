@@ -36,6 +36,11 @@ const (
 	// ViolationOutside: a Ready claim lies outside its pool, on one of its
 	// reserved ranges, or its pool does not exist.
 	ViolationOutside = "outside"
+	// ViolationRootOverlap: two root pools of an address space that both
+	// serve overlap, and say so (AddressSpaceOverlap=True): granted before
+	// the arbiter kept root pools apart, known, not a bug; two that do not
+	// say so are an overlap.
+	ViolationRootOverlap = "root_overlap"
 )
 
 // Auditor checks, periodically and on the leader, the invariant the arbiter
@@ -102,7 +107,7 @@ func (a *Auditor) Audit(ctx context.Context) error {
 		return err
 	}
 	findings := Check(a.Ledger.ReadySubnets(), pools.Items)
-	counts := map[string]int{ViolationOverlap: 0, ViolationOutside: 0}
+	counts := map[string]int{ViolationOverlap: 0, ViolationOutside: 0, ViolationRootOverlap: 0}
 	for _, f := range findings {
 		counts[f.Type]++
 		a.Recorder.Eventf(f.Object, nil, corev1.EventTypeWarning, "AuditViolation", "Audit", "%s", f.Message)
@@ -112,7 +117,8 @@ func (a *Auditor) Audit(ctx context.Context) error {
 	}
 	auditRuns.WithLabelValues("success").Inc()
 	if len(findings) > 0 {
-		logf.FromContext(ctx).Info("Audit found violations of the allocation invariant", "overlap", counts[ViolationOverlap], "outside", counts[ViolationOutside])
+		logf.FromContext(ctx).Info("Audit found violations of the allocation invariant", "overlap", counts[ViolationOverlap], "outside", counts[ViolationOutside],
+			"rootOverlap", counts[ViolationRootOverlap])
 	}
 	return nil
 }
@@ -207,12 +213,62 @@ func Check(subnets iter.Seq[ledger.ReadySubnet], pools []ipamv1.SubnetPool) []Fi
 			}
 		}
 	}
+	findings = append(findings, checkRootPools(pools)...)
 	slices.SortStableFunc(findings, func(a, b Finding) int {
 		if c := cmp.Compare(a.Object.GetNamespace(), b.Object.GetNamespace()); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.Object.GetName(), b.Object.GetName())
 	})
+	return findings
+}
+
+// checkRootPools finds root pools of one address space whose served
+// ranges (status.cidr) overlap. A pair where either reports it
+// (AddressSpaceOverlap=True) is known; any other is a violation.
+func checkRootPools(pools []ipamv1.SubnetPool) []Finding {
+	bySpace := map[string][]*ipamv1.SubnetPool{}
+	for i := range pools {
+		p := &pools[i]
+		if p.Spec.ParentRef != nil || p.Status.CIDR == "" {
+			continue
+		}
+		space := p.Spec.AddressSpace
+		if space == "" {
+			space = ipamv1.DefaultAddressSpace
+		}
+		bySpace[space] = append(bySpace[space], p)
+	}
+	var findings []Finding
+	for space, roots := range bySpace {
+		type root struct {
+			prefix netip.Prefix
+			pool   *ipamv1.SubnetPool
+		}
+		var rs []root
+		for _, p := range roots {
+			if r, err := ipspace.ParsePrefix(p.Status.CIDR); err == nil {
+				rs = append(rs, root{r, p})
+			}
+		}
+		// Root pools are few: every pair.
+		for i := range rs {
+			for j := range i {
+				a, b := rs[i], rs[j]
+				if !a.prefix.Overlaps(b.prefix) {
+					continue
+				}
+				typ := ViolationOverlap
+				if meta.IsStatusConditionTrue(a.pool.Status.Conditions, ipamv1.ConditionAddressSpaceOverlap) ||
+					meta.IsStatusConditionTrue(b.pool.Status.Conditions, ipamv1.ConditionAddressSpaceOverlap) {
+					typ = ViolationRootOverlap
+				}
+				findings = append(findings, Finding{typ, &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: a.pool.Namespace, Name: a.pool.Name, UID: a.pool.UID}},
+					fmt.Sprintf("root SubnetPool %s/%s serves %s, which overlaps root SubnetPool %s/%s (%s) of address space %s",
+						a.pool.Namespace, a.pool.Name, a.prefix, b.pool.Namespace, b.pool.Name, b.prefix, space)})
+			}
+		}
+	}
 	return findings
 }
 

@@ -69,3 +69,32 @@ func TestAuditCheckTrustsAReportedClaimsOutside(t *testing.T) {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
 }
+
+// Root pools of one address space are checked against each other: a pair
+// that says it overlaps (granted by an earlier release) is counted as
+// known, a pair that does not is an overlap.
+func TestAuditChecksRootPoolsOfASpace(t *testing.T) {
+	root := func(ns, name, cidr, space string, reported bool) ipamv1.SubnetPool {
+		p := ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: ipamv1.SubnetPoolSpec{CIDR: cidr, AddressSpace: space}, Status: ipamv1.SubnetPoolStatus{CIDR: cidr}}
+		if reported {
+			p.Status.Conditions = []metav1.Condition{{Type: ipamv1.ConditionAddressSpaceOverlap, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonRootPoolsOverlap}}
+		}
+		return p
+	}
+	pools := []ipamv1.SubnetPool{
+		root("a", "corp", "10.0.0.0/16", "", true),
+		root("b", "mine", "10.0.1.0/24", "", true),
+		root("c", "silent", "10.1.0.0/16", "", false),
+		root("d", "bug", "10.1.0.0/24", "", false),
+		root("e", "lab", "10.0.0.0/16", "lab", false), // another space
+	}
+	var got []string
+	for _, f := range Check(func(func(ledger.ReadySubnet) bool) {}, pools) {
+		got = append(got, f.Type+" "+f.Object.GetNamespace()+"/"+f.Object.GetName())
+	}
+	want := []string{"root_overlap b/mine", "overlap d/bug"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+}

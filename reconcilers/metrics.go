@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
@@ -94,17 +95,25 @@ var (
 	descChildren       = prometheus.NewDesc("subnet_operator_pool_child_pools", "Child pools of a pool.", poolLabels, nil)
 	descSubnets        = prometheus.NewDesc("subnet_operator_pool_subnets", "Subnets of a pool by the Ready reason of their status (Pending before the first status).", append(poolLabels, "reason"), nil)
 	descPoolInfo       = prometheus.NewDesc("subnet_operator_pool_info", "Always 1; its parent and parent_namespace labels join child pools to their parent in dashboards; alerts is \"off\" for a pool opted out of the per-pool alerts by its label, else \"on\".", append(poolLabels, "parent", "parent_namespace", "alerts"), nil)
+	descRootOverlaps   = prometheus.NewDesc("subnet_operator_address_space_overlapping_root_pools", "Root pools of an address space whose range overlaps another root pool of the space (granted before spaces were kept apart; the AddressSpaceOverlap condition names the other). Exported for the default space always.", []string{"space"}, nil)
 	descLastStatusTime = prometheus.NewDesc("subnetpool_parent_status_last_timestamp_seconds", "When the controller last wrote a pool's status, in Unix seconds.", []string{"ns", "name"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descAllocated, descReserved, descFree, descUtilization, descLargestFree,
-		descAllocatable, descOverlapping, descNotAllowed, descChildren, descSubnets, descPoolInfo, descLastStatusTime} {
+		descAllocatable, descOverlapping, descNotAllowed, descChildren, descSubnets, descPoolInfo, descLastStatusTime, descRootOverlaps} {
 		ch <- d
 	}
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	overlaps := c.ledger.OverlappingRootPools()
+	if _, ok := overlaps[ipamv1.DefaultAddressSpace]; !ok {
+		overlaps[ipamv1.DefaultAddressSpace] = 0 // an alert reads 0, not "no data"
+	}
+	for space, n := range overlaps {
+		ch <- prometheus.MustNewConstMetric(descRootOverlaps, prometheus.GaugeValue, float64(n), space)
+	}
 	c.ledger.Reports(func(r ledger.PoolReport) {
 		labels := []string{r.Namespace, r.Name}
 		gauge := func(d *prometheus.Desc, v float64, extra ...string) {

@@ -29,7 +29,7 @@ import (
 // The manager patches a pool only to add or remove its finalizer (RBAC
 // cannot narrow a verb to metadata), and its status.
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=addressspaces,verbs=list;watch
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnetpools/status,verbs=patch
 

@@ -130,7 +130,7 @@ func FuzzSubnetPoolAdmission(f *testing.F) {
 	f.Add("2001:db8:0:8000::/49", "v6", "2001:db8:0:8000::/64", int32(64), int32(56))
 	f.Add("10.0.64.0/20", "v4", "", int32(30), int32(40))
 	w := fuzzWorld()
-	d := &SubnetPoolDefaulter{}
+	d := poolDefaulter()
 	v := w.poolValidator()
 	f.Fuzz(func(t *testing.T, cidr, parent, reserved string, minLen, maxLen int32) {
 		p := child("fuzz", parent, cidr)

@@ -51,7 +51,7 @@ func TestReferenceNamespaceDefaults(t *testing.T) {
 
 	p := child("c", "p", "10.0.64.0/24")
 	p.Spec.ParentRef.Namespace = ""
-	if err := (&SubnetPoolDefaulter{}).Default(withOp(admissionv1.Create), p); err != nil {
+	if err := poolDefaulter().Default(withOp(admissionv1.Create), p); err != nil {
 		t.Fatal(err)
 	}
 	if want := (ipamv1.PoolReference{Name: "p", Namespace: ns}); *p.Spec.ParentRef != want {
@@ -59,7 +59,7 @@ func TestReferenceNamespaceDefaults(t *testing.T) {
 	}
 	replacePool := p.DeepCopy()
 	replacePool.Spec.ParentRef.Namespace = ""
-	if err := (&SubnetPoolDefaulter{}).Default(withUpdate(p), replacePool); err != nil {
+	if err := poolDefaulter().Default(withUpdate(p), replacePool); err != nil {
 		t.Fatal(err)
 	}
 	if *replacePool.Spec.ParentRef != *p.Spec.ParentRef {
@@ -375,5 +375,37 @@ func TestSharedPoolCaughtUpAcrossNamespaces(t *testing.T) {
 	_, err := w.subnetValidator().ValidateCreate(withOp(admissionv1.Create), own)
 	if err == nil || !strings.Contains(err.Error(), "overlaps a range held in another namespace (10.9.1.0/24)") {
 		t.Fatalf("an overlap with a claim acknowledged in another namespace: %v", err)
+	}
+}
+
+// A namespace's address-space label puts its new root pools in that space
+// (a lab's private plan); child pools and explicit spaces are left alone.
+func TestNamespaceLabelNamesTheAddressSpaceOfNewRoots(t *testing.T) {
+	d := poolDefaulter()
+	d.Ledger.ApplyNamespace(ns, map[string]string{ipamv1.LabelAddressSpace: "lab"}, ledger.Updated)
+	root := pool("r", "10.0.0.0/16")
+	if err := d.Default(withOp(admissionv1.Create), root); err != nil || root.Spec.AddressSpace != "lab" {
+		t.Errorf("root: %q, %v", root.Spec.AddressSpace, err)
+	}
+	named := pool("n", "10.0.0.0/16")
+	named.Spec.AddressSpace = "other"
+	if err := d.Default(withOp(admissionv1.Create), named); err != nil || named.Spec.AddressSpace != "other" {
+		t.Errorf("explicit space: %q, %v", named.Spec.AddressSpace, err)
+	}
+	kid := child("k", "r", "10.0.1.0/24")
+	if err := d.Default(withOp(admissionv1.Create), kid); err != nil || kid.Spec.AddressSpace != "" {
+		t.Errorf("child: %q, %v", kid.Spec.AddressSpace, err)
+	}
+}
+
+// A namespace labelled a moment ago, whose label this replica has not
+// seen, is not refused: the refusal is checked against the API server.
+func TestRootPoolInANamespaceJustLabelled(t *testing.T) {
+	w := tenancyWorld()
+	v := w.poolValidator()
+	w.ledger.SetDefaultSpaceRules(labels.SelectorFromSet(labels.Set{ipamv1.LabelRootPools: "true"}))
+	w.api.namespaces = map[string]map[string]string{ns: {ipamv1.LabelRootPools: "true"}}
+	if _, err := v.ValidateCreate(withOp(admissionv1.Create), pool("mine", "192.168.0.0/16")); err != nil {
+		t.Errorf("root pool in a namespace labelled a moment ago: %v", err)
 	}
 }

@@ -350,7 +350,7 @@ func TestDefaulterRejectsMalformedCreates(t *testing.T) {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
 	p := pool("x", "010.0.0.0/8")
-	err = (&SubnetPoolDefaulter{}).Default(withOp(admissionv1.Create), p)
+	err = poolDefaulter().Default(withOp(admissionv1.Create), p)
 	want = `SubnetPool.ipam.subnet-operator.io "x" is invalid: spec.cidr: Invalid value: "010.0.0.0/8": leading zeros are not allowed in IPv4 addresses (they are read as octal by some tools); did you mean "10.0.0.0/8"?`
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)

@@ -9,9 +9,12 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -29,8 +32,13 @@ var (
 )
 
 // SubnetPoolDefaulter rewrites spec.cidr and spec.reserved to canonical
-// text (case, zero compression; never the meaning).
-type SubnetPoolDefaulter struct{}
+// text (case, zero compression; never the meaning), and puts a new root
+// pool in its namespace's address space (ipamv1.LabelAddressSpace).
+type SubnetPoolDefaulter struct {
+	Ledger *ledger.Ledger
+	// Reader reads a namespace the ledger has not seen yet.
+	Reader client.Reader
+}
 
 var _ admission.Defaulter[*ipamv1.SubnetPool] = &SubnetPoolDefaulter{}
 
@@ -60,6 +68,13 @@ func (d *SubnetPoolDefaulter) Default(ctx context.Context, p *ipamv1.SubnetPool)
 			ref.Namespace = old.Spec.ParentRef.Namespace
 		}
 	}
+	if operation(ctx) == "CREATE" && p.Spec.ParentRef == nil && p.Spec.AddressSpace == "" && p.Namespace != "" {
+		space, err := d.namespaceSpace(ctx, p.Namespace)
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("reading namespace %s for its address space: %w", p.Namespace, err))
+		}
+		p.Spec.AddressSpace = space
+	}
 	if operation(ctx) == "CREATE" {
 		if v := validatePoolSpec(p.Namespace, p.Name, &p.Spec, nil, specPath); len(v.errs) > 0 {
 			_, err := finish(ctx, statuscalc.KindSubnetPool, poolGK, objectName(p.Name, p.GenerateName), v, nil)
@@ -67,6 +82,22 @@ func (d *SubnetPoolDefaulter) Default(ctx context.Context, p *ipamv1.SubnetPool)
 		}
 	}
 	return nil
+}
+
+// namespaceSpace returns the address space a namespace's label names for
+// its new root pools, "" for the default. A namespace the ledger has not
+// seen yet (just created) is read from the API server, so that a root pool
+// created right after its namespace lands in the space the label names.
+func (d *SubnetPoolDefaulter) namespaceSpace(ctx context.Context, namespace string) (string, error) {
+	if nsLabels, known := d.Ledger.NamespaceLabels(namespace); known {
+		return nsLabels[ipamv1.LabelAddressSpace], nil
+	}
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := d.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	return ns.Labels[ipamv1.LabelAddressSpace], nil
 }
 
 // oldPool returns the stored pool an UPDATE request changes, or nil.
@@ -139,6 +170,9 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 		oldSpec = &old.Spec
 	}
 	res.merge(validatePoolSpec(p.Namespace, p.Name, &p.Spec, oldSpec, specPath))
+	if old != nil && familyChanged(old.Spec.CIDR, p.Spec.CIDR) {
+		res.add(reasonFamily, field.Invalid(specPath.Child("cidr"), p.Spec.CIDR, "the address family of a pool cannot change: create a pool of the other family"))
+	}
 	if old != nil && !sameReference(old.Spec.ParentRef, p.Spec.ParentRef, p.Namespace) {
 		res.add(reasonImmutable, field.Invalid(specPath.Child("parentRef"), refString(p.Spec.ParentRef), "is immutable: create a new pool under the other parent"))
 	}
@@ -174,7 +208,7 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if p.Spec.ParentRef == nil {
 		// After the barrier: the ledger holds the namespaces' labels and
 		// the other root pools.
-		if res.merge(v.validateInSpace(p, cidr, old == nil)); len(res.errs) > 0 {
+		if res.merge(v.validateInSpace(ctx, p, cidr, old == nil)); len(res.errs) > 0 {
 			return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 		}
 	} else {
@@ -191,7 +225,7 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 // keeps its place when its namespace loses the label), and no other root
 // pool of the space overlaps the range. Another root pool is named only
 // if it is in the requester's namespace.
-func (v *SubnetPoolValidator) validateInSpace(p *ipamv1.SubnetPool, cidr netip.Prefix, create bool) verdict {
+func (v *SubnetPoolValidator) validateInSpace(ctx context.Context, p *ipamv1.SubnetPool, cidr netip.Prefix, create bool) verdict {
 	var res verdict
 	path := specPath.Child("addressSpace")
 	space := p.Spec.AddressSpace
@@ -199,6 +233,15 @@ func (v *SubnetPoolValidator) validateInSpace(p *ipamv1.SubnetPool, cidr netip.P
 		space = ipamv1.DefaultAddressSpace
 	}
 	view := v.Ledger.Space(space, p.Namespace)
+	if view.Exists && create && !view.Allowed {
+		// Before refusing, the namespace as the API server has it: its
+		// label may not have reached this replica yet.
+		ns := &metav1.PartialObjectMetadata{}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		if err := v.fresh.reader.Get(ctx, client.ObjectKey{Name: p.Namespace}, ns); err == nil {
+			view = v.Ledger.SpaceWithLabels(space, p.Namespace, ns.Labels)
+		}
+	}
 	switch {
 	case !view.Exists:
 		res.add(reasonSpaceNotFound, field.Invalid(path, p.Spec.AddressSpace, fmt.Sprintf(
@@ -316,4 +359,13 @@ func refString(ref *ipamv1.PoolReference) string {
 		return "none"
 	}
 	return ref.String()
+}
+
+// familyChanged reports whether an edit moves a pool's range to the other
+// address family (both values parse). A root pool's grant lives in its
+// address space's slot of one family.
+func familyChanged(before, after string) bool {
+	b, errB := ipspace.ParsePrefix(before)
+	a, errA := ipspace.ParsePrefix(after)
+	return errB == nil && errA == nil && b.Addr().Is4() != a.Addr().Is4()
 }

@@ -176,7 +176,7 @@ func TestSubnetPoolDeleteInUse(t *testing.T) {
 func TestDefaultedPoolsPassValidation(t *testing.T) {
 	p := pool("v6", "2001:DB8:0:0::/48")
 	p.Spec.Reserved = []string{"2001:0db8::/64"}
-	if err := (&SubnetPoolDefaulter{}).Default(withOp(admissionv1.Create), p); err != nil {
+	if err := poolDefaulter().Default(withOp(admissionv1.Create), p); err != nil {
 		t.Fatal(err)
 	}
 	if p.Spec.CIDR != "2001:db8::/48" || p.Spec.Reserved[0] != "2001:db8::/64" {
@@ -231,7 +231,7 @@ func TestPoolUpdateKeepsStoredText(t *testing.T) {
 	update := stored.DeepCopy()
 	update.Labels = map[string]string{"team": "a"}
 	update.Spec.Reserved = append(update.Spec.Reserved, "2001:DB8:0:1::/64")
-	if err := (&SubnetPoolDefaulter{}).Default(withUpdate(stored), update); err != nil {
+	if err := poolDefaulter().Default(withUpdate(stored), update); err != nil {
 		t.Fatal(err)
 	}
 	if update.Spec.CIDR != "2001:DB8::/48" || update.Spec.Reserved[0] != "2001:DB8::/64" || update.Spec.Reserved[1] != "2001:db8:0:1::/64" {

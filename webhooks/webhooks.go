@@ -73,7 +73,7 @@ func Setup(mgr ctrl.Manager, l *ledger.Ledger, reader client.Reader, opts Option
 	if err := ctrl.NewWebhookManagedBy(mgr, &ipamv1.SubnetPool{}).
 		WithConverter(conversion.NewHubSpokeConverter(&ipamv1.SubnetPool{},
 			conversion.NewSpokeConverter(&ipamv1alpha1.SubnetPool{}, ipamv1alpha1.ConvertSubnetPoolFromHub, ipamv1alpha1.ConvertSubnetPoolToHub))).
-		WithDefaulter(&SubnetPoolDefaulter{}).
+		WithDefaulter(&SubnetPoolDefaulter{Ledger: l, Reader: reader}).
 		WithValidator(&SubnetPoolValidator{Ledger: l, fresh: f}).
 		Complete(); err != nil {
 		return fmt.Errorf("subnetpool webhooks: %w", err)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"sync"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -78,6 +80,22 @@ type fakeAPI struct {
 	// ("" for every namespace): a test delivers objects to the ledger
 	// there, as an informer that lags the API server would.
 	onRead func(namespace string)
+	// namespaces are the labels of the namespaces the API server has (a
+	// Get of another is NotFound).
+	namespaces map[string]map[string]string
+}
+
+// Get answers a read of a namespace's metadata.
+func (f *fakeAPI) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	set, ok := f.namespaces[key.Name]
+	if !ok {
+		return apierrors.NewNotFound(corev1.Resource("namespaces"), key.Name)
+	}
+	obj.SetName(key.Name)
+	obj.SetLabels(maps.Clone(set))
+	return nil
 }
 
 func (f *fakeAPI) add(o client.Object) {
@@ -194,4 +212,12 @@ func parentRef(name string) *ipamv1.PoolReference {
 		return nil
 	}
 	return &ipamv1.PoolReference{Name: name, Namespace: ns}
+}
+
+// poolDefaulter is the pools' defaulting webhook with a ledger that knows
+// the test namespace (without an address-space label).
+func poolDefaulter() *SubnetPoolDefaulter {
+	l := ledger.New()
+	l.ApplyNamespace(ns, nil, ledger.Created)
+	return &SubnetPoolDefaulter{Ledger: l}
 }

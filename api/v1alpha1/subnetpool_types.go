@@ -17,6 +17,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!isCIDR(self.cidr) || !has(self.maxPrefixLength) || (self.maxPrefixLength >= cidr(self.cidr).prefixLength() && self.maxPrefixLength <= (cidr(self.cidr).ip().family() == 4 ? 32 : 128))",message="maxPrefixLength must lie between the pool's own prefix length and the family's maximum (32 for IPv4, 128 for IPv6)"
 // +kubebuilder:validation:XValidation:rule="!has(self.reserved) || !isCIDR(self.cidr) || self.reserved.all(r, !isCIDR(r) || cidr(self.cidr).containsCIDR(r))",message="every reserved range must lie inside cidr and be of its family"
 // +kubebuilder:validation:XValidation:rule="has(self.parentRef) == has(oldSelf.parentRef)",message="parentRef cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="!isCIDR(self.cidr) || !isCIDR(oldSelf.cidr) || cidr(self.cidr).ip().family() == cidr(oldSelf.cidr).ip().family()",message="the address family of cidr cannot change: create a pool of the other family"
 // +kubebuilder:validation:XValidation:rule="!has(self.addressSpace) || !has(self.parentRef)",message="addressSpace is set on root pools only: a child pool is in its parent's address space"
 // +kubebuilder:validation:XValidation:rule="(has(self.addressSpace) ? self.addressSpace : ”) == (has(oldSelf.addressSpace) ? oldSelf.addressSpace : ”)",message="addressSpace is immutable: create a new root pool in the other space"
 type SubnetPoolSpec struct {

@@ -100,4 +100,10 @@ const (
 	// pools in the default address space where the install restricts it
 	// (the shipped manifests and chart do: --root-pool-namespace-selector).
 	LabelRootPools = "ipam.subnet-operator.io/root-pools"
+	// LabelAddressSpace on a namespace names the address space of the
+	// root pools created in it without spec.addressSpace (the defaulting
+	// webhook writes it into their spec): a lab or a tenant's private
+	// plan whose manifests need not say so. The space's
+	// rootPoolNamespaces still decide whether it takes them.
+	LabelAddressSpace = "ipam.subnet-operator.io/address-space"
 )

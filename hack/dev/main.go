@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
@@ -52,7 +53,11 @@ func run(dir, manager string) error {
 	start := time.Now()
 	// Cluster API's CRDs go in before the manager starts: it serves
 	// IPAddressClaims only if the API server has them when it starts.
-	env, err := environment.Start(ctx, environment.Options{Dir: dir, Manager: manager, ControllerManager: true, ClusterAPI: true})
+	// The manager's flags as the shipped Deployment sets them
+	// (config/manager/manager.yaml): root pools in the default address
+	// space only from labelled namespaces.
+	env, err := environment.Start(ctx, environment.Options{Dir: dir, Manager: manager, ControllerManager: true, ClusterAPI: true,
+		ManagerArgs: []string{"--root-pool-namespace-selector=" + ipamv1.LabelRootPools + "=true"}})
 	if err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, filepath.Join(dir, "logs"))
 	}

@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/subnet-operator/subnet-operator/test/environment"
@@ -71,7 +69,8 @@ func namespace(t *testing.T) string {
 	if len(name) > 60 {
 		name = name[:55] + name[len(name)-5:]
 	}
-	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	// Its root pools in an address space of its own: tests reuse ranges.
+	if err := environment.CreateIsolatedNamespace(context.Background(), k8s, name, nil); err != nil {
 		t.Fatal(err)
 	}
 	return name

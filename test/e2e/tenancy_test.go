@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
 // tenantLabel marks the namespaces a test's platform pool allows; its value
@@ -35,7 +35,7 @@ func TestTenancy(t *testing.T) {
 	id := fmt.Sprintf("%04x", rand.IntN(1<<16))
 	mkNamespace := func(role string, labels map[string]string) string {
 		name := fmt.Sprintf("e2e-tenancy-%s-%s", role, id)
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}); err != nil {
+		if err := environment.CreateIsolatedNamespace(ctx, k8s, name, labels); err != nil {
 			t.Fatal(err)
 		}
 		return name

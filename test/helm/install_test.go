@@ -70,7 +70,19 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	// A namespace of this run's own: with -count, the next run installs
 	// again over the CRDs and Subnets this one keeps.
 	team := fmt.Sprintf("team-%04x", rand.IntN(1<<16))
-	kubectl(t, "", "create", "namespace", team)
+	// The install takes root pools only from labelled namespaces; this
+	// run's root pools go in an address space of their own, so that the
+	// next run's (same ranges) do not overlap them.
+	kubectl(t, `
+apiVersion: ipam.subnet-operator.io/v1alpha2
+kind: AddressSpace
+metadata: {name: `+team+`}
+spec: {rootPoolNamespaces: {matchLabels: {kubernetes.io/metadata.name: `+team+`}}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: `+team+`, labels: {ipam.subnet-operator.io/address-space: `+team+`}}
+`, "apply", "-f", "-")
 	kubectl(t, `
 apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: SubnetPool

@@ -122,6 +122,11 @@ func TestReleaseInstallsWithCertManagerAlone(t *testing.T) {
 	if out, stderr, err := kubectl("create", "namespace", "team-a"); err != nil {
 		t.Fatalf("%v\n%s%s", err, out, stderr)
 	}
+	// The release takes root pools in the default address space only from
+	// namespaces the platform labels.
+	if out, stderr, err := kubectl("label", "namespace", "team-a", "ipam.subnet-operator.io/root-pools=true"); err != nil {
+		t.Fatalf("%v\n%s%s", err, out, stderr)
+	}
 	objects := `
 apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: SubnetPool
