@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
@@ -109,17 +110,17 @@ func newRecordLimiter(perSecond float64) *rate.Limiter {
 }
 
 // needsRecord reports whether s holds a range that its spec does not name:
-// an allocated prefixLength claim whose range is not in spec.cidr yet.
+// a granted dynamic claim whose range is not in spec.cidr yet.
 //
-// A Subnet that names neither a range nor a length (created before its
-// pool, so admission could not fill in the pool's default) is not
-// recorded: with only spec.cidr it would read as an explicit claim, and a
-// replace with its manifest from Git, which has neither field, would then
-// be refused for removing the range (the defaulting webhook keeps a
-// recorded range only beside a prefixLength). It keeps its range while it
-// exists, like any claim; a restore gives it a new one.
+// That includes a Subnet that names neither a range nor a length: created
+// before its pool (a GitOps sync in any order), admission had no default
+// length to fill in and the controller applied the pool's. It is recorded
+// with that length, prefixLength and cidr in one write, so that it reads
+// as any recorded prefixLength claim: a replace with its manifest from Git
+// (neither field) keeps both (the defaulting webhook copies them), and a
+// restore asks for the same range.
 func needsRecord(s *ipamv1.Subnet) bool {
-	return s.Spec.CIDR == "" && s.Spec.PrefixLength != nil && s.Status.CIDR != "" && s.DeletionTimestamp == nil &&
+	return s.Spec.CIDR == "" && s.Status.CIDR != "" && s.DeletionTimestamp == nil &&
 		meta.IsStatusConditionTrue(s.Status.Conditions, ipamv1.ConditionReady)
 }
 
@@ -132,8 +133,9 @@ func needsRecord(s *ipamv1.Subnet) bool {
 // that an unwritten grant promised. The JSON patch tests the UID (not an
 // object re-created under the name) and status.cidr (the range is still the
 // one held), and the CRD's rules accept the new field only when it equals
-// status.cidr. The spec change bumps the generation; the SubnetReconciler
-// brings the status up to it on the event.
+// status.cidr, and a new prefixLength only beside it and of its length.
+// The spec change bumps the generation; the SubnetReconciler brings the
+// status up to it on the event.
 func (r *AllocationRecorder) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	s, ok := r.Ledger.Subnet(req.Namespace, req.Name)
 	if !ok || !needsRecord(s) {
@@ -149,11 +151,23 @@ func (r *AllocationRecorder) Reconcile(ctx context.Context, req reconcile.Reques
 	if s, ok = r.Ledger.Subnet(req.Namespace, req.Name); !ok || !needsRecord(s) {
 		return reconcile.Result{}, nil
 	}
-	patch, err := json.Marshal([]jsonPatchOp{
+	ops := []jsonPatchOp{
 		{Op: "test", Path: "/metadata/uid", Value: s.UID},
 		{Op: "test", Path: "/status/cidr", Value: s.Status.CIDR},
 		{Op: "add", Path: "/spec/cidr", Value: s.Status.CIDR},
-	})
+	}
+	if s.Spec.PrefixLength == nil {
+		// Named neither field: the length goes with the range, in the same
+		// write (the CRD accepts prefixLength added only beside the
+		// recorded cidr, and the two must agree).
+		held, err := ipspace.ParsePrefix(s.Status.CIDR)
+		if err != nil {
+			// Not a range the controller wrote; nothing to record.
+			return reconcile.Result{}, nil
+		}
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/spec/prefixLength", Value: held.Bits()})
+	}
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

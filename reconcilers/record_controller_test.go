@@ -63,6 +63,44 @@ func TestRecorderWritesTheHeldRangeIntoSpec(t *testing.T) {
 	}
 }
 
+// A Subnet that named neither a range nor a length (created before its
+// pool, so admission could not fill in the pool's default) is recorded
+// with the length of its range, in the same write: with cidr alone it
+// would read as an explicit claim.
+func TestRecorderRecordsTheLengthOfASubnetThatNamedNeither(t *testing.T) {
+	var patches atomic.Int64
+	f := newFixture(t, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			patches.Add(1)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	ctx := context.Background()
+	neither := f.subnet.DeepCopy()
+	neither.Spec.PrefixLength = nil
+	if err := f.client.Update(ctx, neither); err != nil {
+		t.Fatal(err)
+	}
+	f.ledger.ApplySubnet(neither, ledger.Updated, nil)
+	granted := f.grant(t) // the pool's default, 26
+	if granted.Spec.PrefixLength != nil || granted.Status.CIDR == "" {
+		t.Fatalf("the fixture needs a granted Subnet that names neither field: %+v, %+v", granted.Spec, granted.Status)
+	}
+	if _, err := f.allocationRecorder().Reconcile(ctx, reqFor(f.subnet)); err != nil {
+		t.Fatal(err)
+	}
+	var s ipamv1.Subnet
+	if err := f.client.Get(ctx, client.ObjectKeyFromObject(f.subnet), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Spec.CIDR != granted.Status.CIDR || s.Spec.PrefixLength == nil || *s.Spec.PrefixLength != 26 {
+		t.Errorf("spec %+v after recording the grant of %s; want the range and its length", s.Spec, granted.Status.CIDR)
+	}
+	if n := patches.Load(); n != 1 {
+		t.Errorf("recorded in %d spec writes, want 1", n)
+	}
+}
+
 // The Subnet was deleted and created again under its name after the grant
 // the ledger still shows: the first object's range must not be written into
 // the second one's spec (that would claim it for an object never granted
@@ -146,9 +184,8 @@ func TestNeedsRecord(t *testing.T) {
 		{"a granted prefixLength claim", granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26)}), true},
 		{"already recorded", granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26), CIDR: "10.0.0.0/26"}), false},
 		{"an explicit claim", granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, CIDR: "10.0.0.0/26"}), false},
-		// Created before its pool: with only spec.cidr it would read as
-		// an explicit claim, and a replace from Git would be refused.
-		{"neither field named", granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}}), false},
+		// Created before its pool: recorded with its length.
+		{"neither field named", granted(ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}}), true},
 		{"not granted", &ipamv1.Subnet{Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "dc"}, PrefixLength: ptr.To[int32](26)}}, false},
 		{"being deleted", deleting, false},
 	} {

@@ -50,8 +50,9 @@ var _ admission.Defaulter[*ipamv1.Subnet] = &SubnetDefaulter{}
 // bypassed, with two exceptions, for an update with the manifest from Git
 // (kubectl replace, a GitOps tool's replace or apply): one that leaves out
 // the range the controller recorded in spec.cidr of a prefixLength claim
-// keeps it, as the API server keeps a Service's allocated clusterIP, and
-// one that leaves out spec.poolRef.namespace keeps the stored one. The
+// keeps it, as the API server keeps a Service's allocated clusterIP (and
+// keeps the stored prefixLength too if it names neither field), and one
+// that leaves out spec.poolRef.namespace keeps the stored one. The
 // webhook configuration sends only such updates.
 func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 	if operation(ctx) == "UPDATE" {
@@ -93,8 +94,10 @@ func (d *SubnetDefaulter) Default(ctx context.Context, s *ipamv1.Subnet) error {
 
 // keepDefaulted copies from the stored object into an update what the
 // update leaves out and the stored object got after it was written: the
-// range recorded in spec.cidr of a prefixLength claim, and the namespace
-// of spec.poolRef. An update that changes the claim itself is left for the
+// range recorded in spec.cidr of a prefixLength claim, the prefixLength
+// itself when the update names neither field (the pool's default, filled
+// in at admission or recorded with the range), and the namespace of
+// spec.poolRef. An update that changes the claim itself is left for the
 // schema to refuse.
 func keepDefaulted(ctx context.Context, s *ipamv1.Subnet) {
 	req, err := admission.RequestFromContext(ctx)
@@ -104,6 +107,12 @@ func keepDefaulted(ctx context.Context, s *ipamv1.Subnet) {
 	var old ipamv1.Subnet
 	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
 		return
+	}
+	if s.Spec.CIDR == "" && s.Spec.PrefixLength == nil && old.Spec.PrefixLength != nil {
+		// A manifest that names neither field: the length came from the
+		// pool's default, at admission or with the record of a Subnet
+		// created before its pool.
+		s.Spec.PrefixLength = ptr.To(*old.Spec.PrefixLength)
 	}
 	if s.Spec.CIDR == "" && s.Spec.PrefixLength != nil && old.Spec.CIDR != "" && ptr.Equal(old.Spec.PrefixLength, s.Spec.PrefixLength) {
 		s.Spec.CIDR = old.Spec.CIDR
@@ -222,13 +231,14 @@ func validateSubnetUpdate(old, s *ipamv1.Subnet) verdict {
 	if !sameReference(&old.Spec.PoolRef, &s.Spec.PoolRef, s.Namespace) {
 		v.add(reasonImmutable, field.Invalid(specPath.Child("poolRef"), s.Spec.PoolRef.String(), msg))
 	}
-	// The one change allowed: the controller records the range a
-	// prefixLength claim holds (recordAllocation in reconcilers).
+	// The one change allowed: the controller records the range a dynamic
+	// claim holds (AllocationRecorder in reconcilers), and with it the
+	// length of one that named neither field.
 	recorded := old.Spec.CIDR == "" && old.Status.CIDR != "" && s.Spec.CIDR == old.Status.CIDR
 	if s.Spec.CIDR != old.Spec.CIDR && !recorded {
 		v.add(reasonImmutable, field.Invalid(specPath.Child("cidr"), s.Spec.CIDR, msg))
 	}
-	if !ptr.Equal(s.Spec.PrefixLength, old.Spec.PrefixLength) {
+	if !ptr.Equal(s.Spec.PrefixLength, old.Spec.PrefixLength) && !(recorded && recordsLength(old, s)) {
 		var value any = "unset"
 		if s.Spec.PrefixLength != nil {
 			value = *s.Spec.PrefixLength
@@ -236,6 +246,16 @@ func validateSubnetUpdate(old, s *ipamv1.Subnet) verdict {
 		v.add(reasonImmutable, field.Invalid(specPath.Child("prefixLength"), value, msg))
 	}
 	return v
+}
+
+// recordsLength reports whether s adds to a claim that named neither a
+// range nor a length the length of the range it holds.
+func recordsLength(old, s *ipamv1.Subnet) bool {
+	if old.Spec.PrefixLength != nil || s.Spec.PrefixLength == nil {
+		return false
+	}
+	held, err := ipspace.ParsePrefix(old.Status.CIDR)
+	return err == nil && int(*s.Spec.PrefixLength) == held.Bits()
 }
 
 // sameReference reports whether two optional references made from

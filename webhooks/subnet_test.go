@@ -356,3 +356,33 @@ func TestDefaulterRejectsMalformedCreates(t *testing.T) {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
 }
+
+// A Subnet created before its pool named neither field; the controller
+// recorded its range and the range's length together. A replace with its
+// manifest (neither field) keeps both, and passes validation; the record
+// itself passes too, but not a length other than the held range's.
+func TestNeitherFieldRecordAndReplace(t *testing.T) {
+	bare := allocated(subnet("early", "p", ""), "10.0.2.0/24")
+	record := bare.DeepCopy()
+	record.Spec.CIDR, record.Spec.PrefixLength = "10.0.2.0/24", ptr.To[int32](24)
+	v := baseWorld().subnetValidator()
+	if _, err := v.ValidateUpdate(withOp(admissionv1.Update), bare, record); err != nil {
+		t.Errorf("recording the range and its length: %v", err)
+	}
+	other := record.DeepCopy()
+	other.Spec.PrefixLength = ptr.To[int32](25)
+	_, err := v.ValidateUpdate(withOp(admissionv1.Update), bare, other)
+	field.ErrorMatcher{}.ByType().ByField().Test(t, field.ErrorList{field.Invalid(field.NewPath("spec", "prefixLength"), "", "")}, fieldErrors(t, err))
+
+	replace := bare.DeepCopy()
+	replace.Labels = map[string]string{"tier": "front"}
+	if err := (&SubnetDefaulter{Ledger: baseWorld().ledger}).Default(withUpdate(record), replace); err != nil {
+		t.Fatal(err)
+	}
+	if replace.Spec.CIDR != "10.0.2.0/24" || replace.Spec.PrefixLength == nil || *replace.Spec.PrefixLength != 24 {
+		t.Errorf("a replace naming neither field left spec %+v; want the recorded range and length kept", replace.Spec)
+	}
+	if _, err := v.ValidateUpdate(withOp(admissionv1.Update), record, replace); err != nil {
+		t.Errorf("the replace: %v", err)
+	}
+}

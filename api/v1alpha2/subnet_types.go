@@ -54,10 +54,12 @@ func (r PoolReference) String() string {
 // once after creation: the controller records the range it allocated to a
 // prefixLength claim in spec.cidr (as the API server records a Service's
 // clusterIP), so that the Subnet asks for the same range again when it is
-// restored from a backup without status.
+// restored from a backup without status. A Subnet created with neither
+// field before its pool existed gets its range's length in
+// spec.prefixLength in the same write.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"
-// +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength)",message="prefixLength cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength) || (!has(oldSelf.prefixLength) && !has(oldSelf.cidr) && has(self.cidr))",message="prefixLength cannot be added or removed after creation, except beside the range recorded in cidr"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || has(self.cidr)",message="cidr cannot be removed: it is the range this Subnet claims (for a prefixLength claim, the range allocated to it)"
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || has(self.cidr)",message="needs an explicit cidr: the gateway of a range not allocated yet cannot be known; leave gateway out to use the first usable address",fieldPath=".gateway"
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !has(self.cidr) || !isCIDR(self.cidr) || !isIP(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",messageExpression="'is outside spec.cidr ' + self.cidr + ': the gateway must be an address in that range, of its family'",fieldPath=".gateway"

@@ -5,15 +5,22 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
 
 	"github.com/subnet-operator/subnet-operator/test/controlplane"
 	"github.com/subnet-operator/subnet-operator/test/environment"
@@ -110,6 +117,14 @@ func TestMakeDev(t *testing.T) {
 		}
 		return nil
 	})
+	// Durable allocations, whatever order the samples were applied in
+	// (the tenancy sample's Subnets arrive before their pools): every
+	// Subnet of every sample shows its range in the CIDR column, which
+	// is spec.cidr, what an export keeps. Not fatal: Ctrl-C must still
+	// stop what make dev started.
+	if err := everySampleSubnetShowsItsCIDR(ctx, kubeconfig); err != nil {
+		t.Errorf("kubectl get sn -A: %v", err)
+	}
 	pidData, err := os.ReadFile(filepath.Join(dir, "pids"))
 	if err != nil {
 		t.Fatal(err)
@@ -136,4 +151,87 @@ func TestMakeDev(t *testing.T) {
 			}
 		}
 	}
+}
+
+// devSamples are the sample directories `make dev` applies (hack/dev).
+var devSamples = []string{"config/samples", "config/samples/tenancy", "config/samples/cluster-api"}
+
+// everySampleSubnetShowsItsCIDR waits up to a minute (records follow
+// grants) until `kubectl get sn -A` shows a range in the CIDR column for
+// every Subnet of the samples, and returns what is missing if it does not.
+func everySampleSubnetShowsItsCIDR(ctx context.Context, kubeconfig string) error {
+	var want []string // namespace/name
+	for _, dir := range devSamples {
+		out, stderr, err := env.KubectlOutput(ctx, kubeconfig, nil, "kustomize", filepath.Join(env.RepoRoot, dir))
+		if err != nil {
+			return fmt.Errorf("kubectl kustomize %s: %w: %s", dir, err, stderr)
+		}
+		for _, doc := range strings.Split(out, "\n---\n") {
+			var o struct {
+				Kind     string            `json:"kind"`
+				Metadata metav1.ObjectMeta `json:"metadata"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+				return fmt.Errorf("%s: %w", dir, err)
+			}
+			if o.Kind == "Subnet" {
+				want = append(want, o.Metadata.Namespace+"/"+o.Metadata.Name)
+			}
+		}
+	}
+	if len(want) == 0 {
+		return errors.New("the samples have no Subnets")
+	}
+	var last error
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, stderr, err := env.KubectlOutput(ctx, kubeconfig, nil, "get", "sn", "-A")
+		if err != nil {
+			last = fmt.Errorf("%w: %s", err, stderr)
+			return false, nil
+		}
+		cidrs, err := cidrColumn(out)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		var missing []string
+		for _, key := range want {
+			if cidr, ok := cidrs[key]; !ok {
+				missing = append(missing, key+" (no row)")
+			} else if _, err := netip.ParsePrefix(cidr); err != nil {
+				missing = append(missing, fmt.Sprintf("%s (CIDR %q)", key, cidr))
+			}
+		}
+		if len(missing) > 0 {
+			last = fmt.Errorf("no range shown for %s:\n%s", strings.Join(missing, ", "), out)
+			return false, nil
+		}
+		return true, nil
+	})
+	return last
+}
+
+// cidrColumn reads the CIDR column of `kubectl get sn -A`, by
+// namespace/name. kubectl aligns its columns, so each starts where its
+// header does (some headers and cells contain spaces: IPS IN USE).
+func cidrColumn(table string) (map[string]string, error) {
+	lines := strings.Split(strings.TrimRight(table, "\n"), "\n")
+	header := lines[0]
+	col := regexp.MustCompile(`\bCIDR\b`).FindStringIndex(header)
+	if !strings.HasPrefix(header, "NAMESPACE") || col == nil {
+		return nil, fmt.Errorf("kubectl get sn -A has no NAMESPACE or CIDR column:\n%s", table)
+	}
+	out := map[string]string{}
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		if len(f) < 2 || len(line) <= col[0] {
+			continue
+		}
+		cell := strings.Fields(line[col[0]:])
+		if len(cell) == 0 {
+			continue
+		}
+		out[f[0]+"/"+f[1]] = cell[0]
+	}
+	return out, nil
 }

@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
@@ -91,8 +90,11 @@ func TestBackupWithoutStatusRestoresEveryRange(t *testing.T) {
 	root := newPool(ns, "plan", "10.60.0.0/16", 24)
 	team := newPool(ns, "team", "10.60.128.0/18", 26)
 	team.Spec.ParentRef = &ipamv1.PoolReference{Name: "plan"}
-	create(t, root, team)
-	var subnets []*ipamv1.Subnet
+	// One that names neither and is created before its pool: the
+	// controller gives it the pool's default length, and records both.
+	early := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "early"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "team"}}}
+	create(t, early, root, team)
+	subnets := []*ipamv1.Subnet{early}
 	for i, length := range []int32{24, 26, 25, 28, 24, 27} {
 		subnets = append(subnets, newSubnet(ns, fmt.Sprintf("root-%d", i), "plan", length))
 	}
@@ -102,7 +104,7 @@ func TestBackupWithoutStatusRestoresEveryRange(t *testing.T) {
 	subnets = append(subnets, explicitSubnet(ns, "explicit", "plan", "10.60.100.0/24"))
 	// One that names neither: the webhook fills the pool's default length.
 	subnets = append(subnets, &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaulted"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "team"}}})
-	for _, s := range subnets {
+	for _, s := range subnets[1:] {
 		create(t, s)
 	}
 	before := recorded(t, ns, len(subnets))
@@ -268,6 +270,16 @@ func TestOnlyTheHeldRangeCanBeRecorded(t *testing.T) {
 		t.Errorf("adding spec.cidr to a waiting claim: got %v, want the schema's refusal", err)
 	}
 
+	// A claim that names neither field cannot be given a length either:
+	// the length is added only beside the recorded range.
+	bare := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bare"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "later"}}}
+	create(t, bare)
+	subnetReason(t, ns, "bare", ipamv1.ReasonPoolNotFound)
+	err = k8s.Patch(ctx, bare, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"prefixLength":25}}`)))
+	if err == nil || !strings.Contains(err.Error(), "prefixLength cannot be added") {
+		t.Errorf("adding spec.prefixLength to a claim that named neither field: got %v, want the schema's refusal", err)
+	}
+
 	ns = namespace(t)
 	create(t, newPool(ns, "free", "10.63.0.0/24", 26), newSubnet(ns, "holds", "free", 26))
 	held := recorded(t, ns, 1)["holds"]
@@ -348,12 +360,13 @@ func TestPrinterColumnsSortNumerically(t *testing.T) {
 }
 
 // A Subnet that names neither a range nor a length and is created before
-// its pool gets the pool's default length from the controller, not from
-// admission. Its range is not recorded: with only spec.cidr it would read
-// as an explicit claim, and a replace with the manifest from Git (neither
-// field) would be refused for removing the range. The replace succeeds and
-// the range stays held.
-func TestSubnetCreatedBeforeItsPoolCanBeReplacedFromGit(t *testing.T) {
+// its pool (a GitOps sync in any order) gets the pool's default length from
+// the controller, not from admission. Its range is recorded all the same,
+// with the length it was given (spec.prefixLength and spec.cidr in one
+// write), so that kubectl shows it and an export without status gives it
+// back. Its manifest in Git names neither field, and re-applying it keeps
+// both: server-side apply, kubectl replace, and a replace in v1alpha1.
+func TestSubnetCreatedBeforeItsPoolIsRecorded(t *testing.T) {
 	ns := namespace(t)
 	ctx := context.Background()
 	gitManifest := fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha2","kind":"Subnet",
@@ -361,50 +374,125 @@ func TestSubnetCreatedBeforeItsPoolCanBeReplacedFromGit(t *testing.T) {
 	if _, stderr, err := kubectl(t, gitManifest, "create", "-f", "-"); err != nil {
 		t.Fatalf("kubectl create: %v: %s", err, stderr)
 	}
-	create(t, newPool(ns, "plan", "10.62.0.0/16", 24))
 	var early ipamv1.Subnet
-	eventually(t, 30*time.Second, func() error {
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "early"}, &early); err != nil {
-			return err
-		}
-		if !meta.IsStatusConditionTrue(early.Status.Conditions, ipamv1.ConditionReady) {
-			return fmt.Errorf("early is not Ready: %+v", early.Status.Conditions)
-		}
-		return nil
-	})
-	if early.Spec.PrefixLength != nil {
-		t.Fatalf("early got prefixLength %d at admission; the test needs one without", *early.Spec.PrefixLength)
-	}
-	// A sibling granted after it: once its range is recorded, early's
-	// would have been too (its event came first).
-	create(t, newSubnet(ns, "later", "plan", 24))
-	eventually(t, time.Minute, func() error {
-		var later ipamv1.Subnet
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "later"}, &later); err != nil {
-			return err
-		}
-		if later.Spec.CIDR == "" {
-			return errors.New("later's range is not recorded yet")
-		}
-		return nil
-	})
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "early"}, &early); err != nil {
 		t.Fatal(err)
 	}
-	if early.Spec.CIDR != "" {
-		t.Errorf("early's range was recorded (%s): a replace from Git would be refused", early.Spec.CIDR)
+	if early.Spec.PrefixLength != nil || early.Spec.CIDR != "" {
+		t.Fatalf("early was created with spec %+v; the test needs one that names neither field", early.Spec)
 	}
-	held := early.Status.CIDR
+	// A sibling that names its length, so that the pool's default is not
+	// the only length in play.
+	create(t, newPool(ns, "plan", "10.62.0.0/16", 24), newSubnet(ns, "sibling", "plan", 26))
+	held := recorded(t, ns, 2)["early"]
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "early"}, &early); err != nil {
+		t.Fatal(err)
+	}
+	if early.Spec.PrefixLength == nil || *early.Spec.PrefixLength != 24 {
+		t.Fatalf("early holds %s, recorded with spec %+v; want prefixLength 24 beside the range", held, early.Spec)
+	}
+	out, stderr, err := kubectl(t, "", "get", "sn", "-n", ns, "early")
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+	if !regexp.MustCompile(`early\s+plan\s+` + regexp.QuoteMeta(held) + `\s+24\s+Allocated`).MatchString(out) {
+		t.Errorf("kubectl get sn should show early's range and length:\n%s", out)
+	}
+
+	// keeps waits until early has the labels, and still holds and records
+	// its range.
+	keeps := func(how string, labels map[string]string) {
+		t.Helper()
+		eventually(t, 30*time.Second, func() error {
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "early"}, &early); err != nil {
+				return err
+			}
+			for k, v := range labels {
+				if early.Labels[k] != v {
+					return fmt.Errorf("after %s: labels %v, want %v", how, early.Labels, labels)
+				}
+			}
+			if early.Spec.CIDR != held || early.Spec.PrefixLength == nil || *early.Spec.PrefixLength != 24 ||
+				early.Status.CIDR != held || !meta.IsStatusConditionTrue(early.Status.Conditions, ipamv1.ConditionReady) {
+				return fmt.Errorf("after %s: spec %+v, holds %q (held %s), %+v", how, early.Spec, early.Status.CIDR, held, early.Status.Conditions)
+			}
+			return nil
+		})
+	}
+
+	// Flux: server-side apply, dry run first (its drift check), then for
+	// real.
+	for _, dryRun := range []bool{true, false} {
+		opts := []client.PatchOption{client.FieldOwner("kustomize-controller"), client.ForceOwnership}
+		if dryRun {
+			opts = append(opts, client.DryRunAll)
+		}
+		var s ipamv1.Subnet
+		s.Namespace, s.Name = ns, "early"
+		if err := k8s.Patch(ctx, &s, client.RawPatch(types.ApplyPatchType, []byte(gitManifest)), opts...); err != nil {
+			t.Fatalf("server-side apply (dry run %v): %v", dryRun, err)
+		}
+		if s.Spec.CIDR != held || s.Spec.PrefixLength == nil || *s.Spec.PrefixLength != 24 {
+			t.Errorf("server-side apply (dry run %v) left spec %+v, want %s recorded", dryRun, s.Spec, held)
+		}
+	}
+	keeps("a server-side apply", map[string]string{"app": "web"})
+
+	// kubectl replace / Argo CD's Replace=true: a full update without
+	// either field.
 	if _, stderr, err := kubectl(t, strings.Replace(gitManifest, `{"app":"web"}`, `{"app":"web","tier":"front"}`, 1), "replace", "-f", "-"); err != nil {
 		t.Fatalf("kubectl replace with the manifest from Git: %v: %s", err, stderr)
 	}
+	keeps("kubectl replace", map[string]string{"tier": "front"})
+
+	// The same manifest in v1alpha1, served for the while: the defaulting
+	// webhook sees the request converted to v1alpha2, and the v1alpha1
+	// schema checks what it returns.
+	serveV1alpha1(t)
+	legacy := fmt.Sprintf(`{"apiVersion":"ipam.subnet-operator.io/v1alpha1","kind":"Subnet",
+		"metadata":{"name":"early","namespace":%q,"labels":{"app":"web","tier":"legacy"}},"spec":{"poolRef":"plan"}}`, ns)
 	eventually(t, 30*time.Second, func() error {
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "early"}, &early); err != nil {
-			return err
-		}
-		if early.Labels["tier"] != "front" || early.Status.CIDR != held || !meta.IsStatusConditionTrue(early.Status.Conditions, ipamv1.ConditionReady) {
-			return fmt.Errorf("after the replace: labels %v, holds %q (held %s), %+v", early.Labels, early.Status.CIDR, held, early.Status.Conditions)
+		if _, stderr, err := kubectl(t, legacy, "replace", "-f", "-"); err != nil {
+			return fmt.Errorf("kubectl replace in v1alpha1: %w: %s", err, stderr)
 		}
 		return nil
+	})
+	keeps("kubectl replace in v1alpha1", map[string]string{"tier": "legacy"})
+
+	// Exported without status, deleted and created again: the same range.
+	early.Kind = "Subnet"
+	backup := exportWithoutStatus(t, &early)
+	if err := k8s.Delete(ctx, &early); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "early"}, &ipamv1.Subnet{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("early not gone yet: %v", err)
+	})
+	if err := k8s.Create(ctx, backup); err != nil {
+		t.Fatalf("restoring early: %v", err)
+	}
+	if got := recorded(t, ns, 2)["early"]; got != held {
+		t.Errorf("early held %s before the export, %s after the restore", held, got)
+	}
+}
+
+// serveV1alpha1 serves the deprecated v1alpha1 of Subnets until the test
+// ends (config/serve-v1alpha1 does the same).
+func serveV1alpha1(t *testing.T) {
+	t.Helper()
+	served := func(on bool) string {
+		return fmt.Sprintf(`[{"op":"test","path":"/spec/versions/0/name","value":"v1alpha1"},{"op":"replace","path":"/spec/versions/0/served","value":%v}]`, on)
+	}
+	if _, stderr, err := kubectl(t, "", "patch", "crd", "subnets.ipam.subnet-operator.io", "--type=json", "-p", served(true)); err != nil {
+		t.Fatalf("serving v1alpha1: %v: %s", err, stderr)
+	}
+	t.Cleanup(func() {
+		if _, stderr, err := kubectl(t, "", "patch", "crd", "subnets.ipam.subnet-operator.io", "--type=json", "-p", served(false)); err != nil {
+			t.Errorf("no longer serving v1alpha1: %v: %s", err, stderr)
+		}
 	})
 }
