@@ -19,7 +19,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.parentRef) == has(oldSelf.parentRef)",message="parentRef cannot be added or removed after creation"
 // +kubebuilder:validation:XValidation:rule="!isCIDR(self.cidr) || !isCIDR(oldSelf.cidr) || cidr(self.cidr).ip().family() == cidr(oldSelf.cidr).ip().family()",message="the address family of cidr cannot change: create a pool of the other family"
 // +kubebuilder:validation:XValidation:rule="!has(self.addressSpace) || !has(self.parentRef)",message="addressSpace is set on root pools only: a child pool is in its parent's address space"
-// +kubebuilder:validation:XValidation:rule="(has(self.addressSpace) ? self.addressSpace : ”) == (has(oldSelf.addressSpace) ? oldSelf.addressSpace : ”)",message="addressSpace is immutable: create a new root pool in the other space"
+// +kubebuilder:validation:XValidation:rule="has(self.addressSpace) == has(oldSelf.addressSpace)",message="addressSpace cannot be added or removed after creation: create a new root pool in the other space"
 type SubnetPoolSpec struct {
 	// CIDR is the range of the pool in canonical form, IPv4 (10.0.0.0/16) or
 	// IPv6 (2001:db8::/48). Host bits must be zero. It may grow to a range
@@ -80,6 +80,7 @@ type SubnetPoolSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="addressSpace is immutable: create a new root pool in the other space"
 	AddressSpace string `json:"addressSpace,omitempty"`
 }
 
