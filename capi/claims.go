@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -208,8 +210,17 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		r.Ledger.StopWaiting(req.Namespace, req.Name)
 		if addr == nil {
 			// Gone without a release (its finalizer removed by hand): a
-			// grant never written is withdrawn.
-			r.Ledger.ForgetAssumedName(req.Namespace, req.Name)
+			// grant never written is withdrawn. Unless the cache lags: an
+			// IPAddress written for it (released, cooling down) holds the
+			// address, so the API server says which.
+			live, err := r.writtenAddress(ctx, req.NamespacedName)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if live == nil {
+				r.Ledger.ForgetAssumedName(req.Namespace, req.Name)
+			}
+			addr = live
 		}
 	}
 
@@ -236,6 +247,9 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if missing {
 		return result, nil
 	}
+	if wait := r.awaitItsAddress(ctx, claim, addr); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil // restored: its IPAddress may follow (adopt.go)
+	}
 	if !controllerutil.ContainsFinalizer(claim, FinalizerReleaseAddress) {
 		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(claim, FinalizerReleaseAddress)
@@ -247,7 +261,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		// The informer shows its IPAddress: the claim is bound (also while
 		// someone deletes the IPAddress under it: reconcileAddress keeps
 		// it, and its address, until the claim goes).
-		return result, r.bind(ctx, claim, addr.Name)
+		return result, r.bindExisting(ctx, claim, addr)
 	}
 
 	subnet := claim.Spec.PoolRef.Name
@@ -292,14 +306,22 @@ func (r *ClaimReconciler) reconcileAddress(ctx context.Context, addr *capiipam.I
 	}
 	owned := claim != nil && ownedBy(addr, claim.UID)
 	if addr.DeletionTimestamp != nil {
-		if owned {
+		if owned && !released(claim) {
 			if claim.DeletionTimestamp == nil {
 				r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, "AddressDeleted", "Protect",
 					"IPAddress %s was deleted while the claim holds it; it keeps %s until the claim is deleted", addr.Name, addr.Spec.Address)
 			}
-			// Its claim releases it (releaseClaim); the cool-down runs once
-			// the claim is gone.
+			// Its claim releases it (releaseClaim); the cool-down runs
+			// from then.
 			return reconcile.Result{}, false, nil
+		}
+		if owned {
+			// Released, and its claim still there: a foreground deletion
+			// waits for this IPAddress, which waits for the cool-down.
+			// The claim need not wait for it: it no longer blocks it.
+			if err := r.unblock(ctx, addr, claim); err != nil {
+				return reconcile.Result{}, false, err
+			}
 		}
 		left := time.Until(releasedAt(addr).Add(r.ReuseAfter))
 		if left > 0 {
@@ -319,13 +341,16 @@ func (r *ClaimReconciler) reconcileAddress(ctx context.Context, addr *capiipam.I
 		// Its claim exists and the cache shows another, or none: the cache
 		// is behind, and its event for the claim requeues this.
 		return reconcile.Result{}, true, nil
-	case claim != nil && claim.DeletionTimestamp == nil && addr.Spec.ClaimRef.Name == claim.Name && claim.Spec.PoolRef == addr.Spec.PoolRef &&
-		r.Ledger.SoleHolder(addr.Namespace, addr.Spec.PoolRef.Name, addr.Name):
-		// Never released, and a claim of its name and pool asks: restored
-		// from a backup with new UIDs (or its claim's finalizer was
-		// removed by hand and the claim made again). The claim gets the
-		// address its IPAddress records, which is what a restore means.
+	case claim != nil && claim.DeletionTimestamp == nil:
+		// Never released, and a claim of its name asks: restored from a
+		// backup with new UIDs (or its claim's finalizer was removed by
+		// hand and the claim made again). The claim gets the address its
+		// IPAddress records if the Subnet would hand it out (adopt.go).
 		return reconcile.Result{}, true, r.adopt(ctx, addr, claim)
+	case orphan(addr):
+		// No owner: restored before its claim (a backup tool drops owner
+		// references), or written by hand. Kept for its claim to adopt.
+		return reconcile.Result{}, false, nil
 	}
 	// Its claim is gone: released as the claim's deletion would have.
 	return reconcile.Result{}, false, r.release(ctx, addr)
@@ -345,6 +370,46 @@ func releasedAt(a *capiipam.IPAddress) time.Time {
 	return at
 }
 
+// released reports whether a claim has released its address: it is
+// being deleted and its finalizer is gone (releaseClaim deleted its
+// IPAddress, or recorded when, before removing it).
+func released(c *capiipam.IPAddressClaim) bool {
+	return c.DeletionTimestamp != nil && !controllerutil.ContainsFinalizer(c, FinalizerReleaseAddress)
+}
+
+// unblock clears blockOwnerDeletion on the released IPAddress's reference
+// to its claim if the claim is deleted in the foreground: the claim then
+// goes at once, as in a background deletion, and the IPAddress cools down
+// on its own (its finalizer, not the claim, holds the address).
+func (r *ClaimReconciler) unblock(ctx context.Context, addr *capiipam.IPAddress, claim *capiipam.IPAddressClaim) error {
+	if !controllerutil.ContainsFinalizer(claim, metav1.FinalizerDeleteDependents) {
+		return nil
+	}
+	i := slices.IndexFunc(addr.OwnerReferences, func(o metav1.OwnerReference) bool {
+		return o.UID == claim.UID && ptr.Deref(o.BlockOwnerDeletion, false)
+	})
+	if i < 0 {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(addr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	addr.OwnerReferences = slices.Clone(addr.OwnerReferences)
+	addr.OwnerReferences[i].BlockOwnerDeletion = ptr.To(false)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, addr, patch))
+}
+
+// writtenAddress reads the IPAddress of this name from the API server:
+// nil if there is none of ours.
+func (r *ClaimReconciler) writtenAddress(ctx context.Context, key types.NamespacedName) (*capiipam.IPAddress, error) {
+	var a capiipam.IPAddress
+	if err := r.APIReader.Get(ctx, key, &a); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if !ours(a.Spec.PoolRef) {
+		return nil, nil
+	}
+	return &a, nil
+}
+
 // claimOf returns the claim that owns the IPAddress, read from the API
 // server (the cache may not show a claim created a moment ago), or nil if
 // it is gone or replaced by another of the same name.
@@ -362,22 +427,6 @@ func (r *ClaimReconciler) claimOf(ctx context.Context, a *capiipam.IPAddress) (*
 		return nil, nil
 	}
 	return &c, nil
-}
-
-// adopt points a restored IPAddress's owner references at the claim and
-// the Subnet of today (objects restored from a backup have new UIDs).
-func (r *ClaimReconciler) adopt(ctx context.Context, addr *capiipam.IPAddress, claim *capiipam.IPAddressClaim) error {
-	patch := client.MergeFromWithOptions(addr.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	refs := []metav1.OwnerReference{{APIVersion: capiipam.GroupVersion.String(), Kind: "IPAddressClaim", Name: claim.Name, UID: claim.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
-	if s, ok := r.Ledger.Subnet(addr.Namespace, addr.Spec.PoolRef.Name); ok {
-		refs = append(refs, metav1.OwnerReference{APIVersion: ipamv1.GroupVersion.String(), Kind: subnetKind, Name: s.Name, UID: s.UID, BlockOwnerDeletion: ptr.To(true)})
-	}
-	addr.OwnerReferences = refs
-	if err := r.Client.Patch(ctx, addr, patch); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	logf.FromContext(ctx).Info("IPAddress adopted by its claim", "ipaddress", client.ObjectKeyFromObject(addr), "address", addr.Spec.Address)
-	return nil
 }
 
 // catchUp loads every IPAddress the API server has into the ledger, once,
@@ -451,7 +500,10 @@ func (r *ClaimReconciler) clusterState(ctx context.Context, namespace, cluster s
 func (r *ClaimReconciler) refuse(ctx context.Context, claim *capiipam.IPAddressClaim, d ledger.AddressDecision) error {
 	before := claim.DeepCopy()
 	was := meta.FindStatusCondition(claim.Status.Conditions, capiipam.IPAddressClaimReadyCondition)
-	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{
+	// It holds no IPAddress now: a reference left from an earlier binding
+	// would name one that is gone, or another claim's.
+	claim.Status.AddressRef = capiipam.IPAddressReference{}
+	setReady(claim, metav1.Condition{
 		Type: capiipam.IPAddressClaimReadyCondition, Status: metav1.ConditionFalse,
 		Reason: d.Reason, Message: d.Message, ObservedGeneration: claim.Generation,
 	})
@@ -469,7 +521,7 @@ func (r *ClaimReconciler) refuse(ctx context.Context, claim *capiipam.IPAddressC
 func (r *ClaimReconciler) bind(ctx context.Context, claim *capiipam.IPAddressClaim, name string) error {
 	before := claim.DeepCopy()
 	claim.Status.AddressRef = capiipam.IPAddressReference{Name: name}
-	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{
+	setReady(claim, metav1.Condition{
 		Type: capiipam.IPAddressClaimReadyCondition, Status: metav1.ConditionTrue,
 		Reason: clusterv1.ReadyReason, Message: "IPAddress " + name + " holds the claim's address", ObservedGeneration: claim.Generation,
 	})
@@ -479,8 +531,41 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *capiipam.IPAddressCla
 	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, claim, client.MergeFrom(before)))
 }
 
+// setReady sets the Ready condition, and its v1beta1 form in
+// status.deprecated.v1beta1.conditions: Cluster API's conversion gives a
+// v1beta1 reader those, never the v1beta2 conditions.
+func setReady(claim *capiipam.IPAddressClaim, ready metav1.Condition) {
+	meta.SetStatusCondition(&claim.Status.Conditions, ready)
+	old := clusterv1.Condition{Type: clusterv1.ReadyV1Beta1Condition, Status: corev1.ConditionStatus(ready.Status)}
+	if ready.Status != metav1.ConditionTrue {
+		// Warning: every refusal ends by itself once its cause goes.
+		old.Reason, old.Message, old.Severity = ready.Reason, ready.Message, clusterv1.ConditionSeverityWarning
+	}
+	if claim.Status.Deprecated == nil {
+		claim.Status.Deprecated = &capiipam.IPAddressClaimDeprecatedStatus{}
+	}
+	if claim.Status.Deprecated.V1Beta1 == nil {
+		claim.Status.Deprecated.V1Beta1 = &capiipam.IPAddressClaimV1Beta1DeprecatedStatus{}
+	}
+	conds := &claim.Status.Deprecated.V1Beta1.Conditions
+	i := slices.IndexFunc(*conds, func(c clusterv1.Condition) bool { return c.Type == old.Type })
+	if i < 0 {
+		old.LastTransitionTime = metav1.Now()
+		*conds = append(*conds, old)
+		return
+	}
+	// v1beta1's rule: the time moves when anything else does.
+	if was := (*conds)[i]; was.Status == old.Status && was.Reason == old.Reason && was.Message == old.Message && was.Severity == old.Severity {
+		old.LastTransitionTime = was.LastTransitionTime
+	} else {
+		old.LastTransitionTime = metav1.Now()
+	}
+	(*conds)[i] = old
+}
+
 func equalStatus(a, b *capiipam.IPAddressClaim) bool {
-	if a.Status.AddressRef != b.Status.AddressRef || len(a.Status.Conditions) != len(b.Status.Conditions) {
+	if a.Status.AddressRef != b.Status.AddressRef || len(a.Status.Conditions) != len(b.Status.Conditions) ||
+		!equality.Semantic.DeepEqual(a.Status.Deprecated, b.Status.Deprecated) {
 		return false
 	}
 	for i := range a.Status.Conditions {

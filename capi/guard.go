@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -35,16 +37,27 @@ type SubnetGuard struct {
 	Recorder  recorder.EventRecorder
 	// Claims is the claim controller, whose catch-up the guard shares: an
 	// address written by the last leader must count before a finalizer
-	// goes.
+	// goes. Nil when the provider is off: the guard then only lets go of
+	// the finalizers a run with the provider on left.
 	Claims *ClaimReconciler
+	// Served: the API server serves IPAddresses. The guard then asks it
+	// for the Subnet's before the finalizer goes: the ledger may lag (or,
+	// with the provider off, not know them). When they are not served,
+	// none can exist.
+	Served bool
 }
+
+// recheck is how soon a guard that found IPAddresses the ledger does not
+// show looks again: with the provider on, the informer's event for them
+// requeues it sooner; off, no event comes.
+const recheck = 10 * time.Second
 
 // SetupWithManager registers the guard: its requests are Subnets, from the
 // ledger's Subnet and IPAddress events, and at start every protected
 // Subnet being deleted.
 func (g *SubnetGuard) SetupWithManager(mgr ctrl.Manager) error {
-	if g.Client == nil || g.APIReader == nil || g.Ledger == nil || g.Recorder == nil || g.Claims == nil {
-		return errors.New("SubnetGuard needs a client, an API reader, a ledger, an event recorder and the claim controller")
+	if g.Client == nil || g.APIReader == nil || g.Ledger == nil || g.Recorder == nil {
+		return errors.New("SubnetGuard needs a client, an API reader, a ledger and an event recorder")
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("subnet-address-guard").
@@ -83,8 +96,10 @@ func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (rec
 	if !ok || s.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection) {
 		return reconcile.Result{}, nil
 	}
-	if err := g.Claims.catchUp(ctx); err != nil {
-		return reconcile.Result{}, err
+	if g.Claims != nil {
+		if err := g.Claims.catchUp(ctx); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	const named = 5
 	if u, ok := g.Ledger.AddressUsage(req.Namespace, req.Name, named); ok && u.InUse+u.CoolingDown > 0 {
@@ -97,6 +112,17 @@ func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (rec
 				"deletion waits until no IPAddress of this Subnet is left: %d in use by IPAddressClaims %s", u.InUse, who)
 		}
 		return reconcile.Result{}, nil // each IPAddress's going requeues it
+	}
+	if g.Served {
+		held, err := g.addressesOf(ctx, req.Namespace, req.Name)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if len(held) > 0 {
+			g.Recorder.Eventf(s, nil, corev1.EventTypeWarning, "AddressesInUse", "Delete",
+				"deletion waits until no IPAddress of this Subnet is left: %s exist", strings.Join(held, ", "))
+			return reconcile.Result{RequeueAfter: recheck}, nil
+		}
 	}
 	var live ipamv1.Subnet
 	if err := g.APIReader.Get(ctx, req.NamespacedName, &live); err != nil {
@@ -112,4 +138,29 @@ func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (rec
 	}
 	logf.FromContext(ctx).Info("Subnet released: no address of it is in use", "subnet", req.NamespacedName)
 	return reconcile.Result{}, nil
+}
+
+// addressesOf names (up to a few of) the IPAddresses of the Subnet that
+// the API server has, terminating ones included. Paged; once per
+// deletion, not per address.
+func (g *SubnetGuard) addressesOf(ctx context.Context, namespace, subnet string) ([]string, error) {
+	var names []string
+	opts := &client.ListOptions{Namespace: namespace, Limit: 500}
+	for {
+		var list capiipam.IPAddressList
+		if err := g.APIReader.List(ctx, &list, opts); err != nil {
+			return nil, fmt.Errorf("listing the IPAddresses of Subnet %s/%s: %w", namespace, subnet, err)
+		}
+		for i := range list.Items {
+			if a := &list.Items[i]; ours(a.Spec.PoolRef) && a.Spec.PoolRef.Name == subnet {
+				if names = append(names, a.Name); len(names) == 5 {
+					return names, nil
+				}
+			}
+		}
+		if list.Continue == "" {
+			return names, nil
+		}
+		opts.Continue = list.Continue
+	}
 }

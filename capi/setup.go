@@ -105,6 +105,18 @@ func Setup(mgr ctrl.Manager, l *ledger.Ledger, opts Options) error {
 	}
 	return (&SubnetGuard{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l,
-		Recorder: mgr.GetEventRecorder("subnet-operator"), Claims: claims,
+		Recorder: mgr.GetEventRecorder("subnet-operator"), Claims: claims, Served: true,
+	}).SetupWithManager(mgr)
+}
+
+// SetupOff registers what a manager without the provider still owes it:
+// Subnets protected while it was on (their address-protection finalizer)
+// would otherwise stay Terminating for good. The guard lets the finalizer
+// go once the API server has no IPAddress of the Subnet (none can exist if
+// it does not serve them: served is what Served said).
+func SetupOff(mgr ctrl.Manager, l *ledger.Ledger, served bool) error {
+	return (&SubnetGuard{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l,
+		Recorder: mgr.GetEventRecorder("subnet-operator"), Served: served,
 	}).SetupWithManager(mgr)
 }

@@ -153,7 +153,10 @@ func (sa *subnetAddresses) drop(name string) {
 	if sa.countedIn.Contains(h.rec.Address) {
 		sa.inside--
 	}
-	if sa.below.IsValid() && h.rec.Address.Less(sa.below) {
+	// Only an address of the range the cursor walks lowers it: one outside
+	// (an earlier range's, or written by hand) would park it off the range,
+	// which reads as "full".
+	if sa.below.IsValid() && sa.belowIn.Contains(h.rec.Address) && h.rec.Address.Less(sa.below) {
 		sa.below = h.rec.Address
 	}
 }
@@ -362,6 +365,9 @@ func (sa *subnetAddresses) lowestFree(plan AddressPlan) (netip.Addr, bool) {
 	a := plan.CIDR.Addr()
 	if sa.belowIn != plan.CIDR {
 		sa.below, sa.belowIn = netip.Addr{}, plan.CIDR
+	}
+	if sa.below.IsValid() && sa.below.Less(a) {
+		sa.below = netip.Addr{} // below the range: walk it from its base
 	}
 	if sa.below.IsValid() {
 		if !plan.CIDR.Contains(sa.below) {

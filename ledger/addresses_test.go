@@ -398,3 +398,39 @@ func addressesOf(l *Ledger, namespace, subnet string) []AddressRecord {
 	}
 	return out
 }
+
+// An IPAddress whose address lies outside the Subnet's range (written for
+// an earlier range of the name, or by hand) does not stop the search for a
+// free address when it goes: the addresses inside are still handed out.
+func TestAddressOutOfRangeReleaseKeepsTheSearch(t *testing.T) {
+	for _, outside := range []string{"10.0.0.5", "10.99.0.5", "fd00::5"} {
+		t.Run(outside, func(t *testing.T) {
+			l, _ := newLedger()
+			readyAddressSubnet(l, "m", "10.1.0.0/29", "")
+			stray := AddressRecord{Namespace: ns, Name: "stray", UID: "ip-stray", ResourceVersion: "5", Subnet: "m",
+				Address: netip.MustParseAddr(outside), ClaimUID: "old-claim", Releasing: time.Now()}
+			l.ApplyAddress(stray, Created)
+			first := decideAddress(l, "c0", "m")
+			if first.Address.String() != "10.1.0.2" {
+				t.Fatalf("c0: %+v", first)
+			}
+			l.DeleteAddress(stray)
+			if d := decideAddress(l, "c1", "m"); d.Reason != "" || d.Address.String() != "10.1.0.3" {
+				t.Fatalf("after the out-of-range IPAddress went: %+v, want 10.1.0.3", d)
+			}
+			// Full, then a release inside the range: found again.
+			for i := 2; i < 5; i++ {
+				decideAddress(l, fmt.Sprintf("c%d", i), "m")
+			}
+			if d := decideAddress(l, "late", "m"); d.Reason != AddressPoolExhausted {
+				t.Fatalf("a full /29: %+v", d)
+			}
+			l.ApplyAddress(stray, Created)
+			l.DeleteAddress(stray)
+			l.ForgetAddress(ns, "c0", claimUID("c0"), "m", first.Address)
+			if d := decideAddress(l, "late", "m"); d.Address != first.Address {
+				t.Fatalf("after c0's release: %+v, want %s", d, first.Address)
+			}
+		})
+	}
+}

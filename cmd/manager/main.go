@@ -286,10 +286,7 @@ func run(ctx context.Context, f flags) error {
 func setupClusterAPI(mgr ctrl.Manager, l *ledger.Ledger, f flags, common reconcilers.Options) error {
 	log := ctrl.Log.WithName("setup")
 	switch f.clusterAPI {
-	case "off":
-		log.Info("Cluster API IPAM provider off (--cluster-api-ipam=off)")
-		return nil
-	case "auto", "on":
+	case "auto", "on", "off":
 	default:
 		return fmt.Errorf("--cluster-api-ipam must be auto, on or off, not %q", f.clusterAPI)
 	}
@@ -297,12 +294,16 @@ func setupClusterAPI(mgr ctrl.Manager, l *ledger.Ledger, f flags, common reconci
 	if err != nil {
 		return err
 	}
+	if f.clusterAPI == "off" {
+		log.Info("Cluster API IPAM provider off (--cluster-api-ipam=off)")
+		return capi.SetupOff(mgr, l, served) // Subnets it protected while on can still go
+	}
 	if !served {
 		if f.clusterAPI == "on" {
 			return errors.New("--cluster-api-ipam=on, but the API server does not serve ipam.cluster.x-k8s.io/v1beta2 IPAddressClaims and IPAddresses: install Cluster API's CRDs first")
 		}
 		log.Info("Cluster API IPAM provider not started: the API server does not serve ipam.cluster.x-k8s.io/v1beta2 (restart the manager after installing Cluster API)")
-		return nil
+		return capi.SetupOff(mgr, l, false)
 	}
 	log.Info("Cluster API IPAM provider on", "clusters", clusters, "addressReuseAfter", f.addressReuseAfter)
 	return capi.Setup(mgr, l, capi.Options{ReuseAfter: f.addressReuseAfter, Workers: f.claimWorkers, Timeout: common.Timeout, Clusters: clusters})

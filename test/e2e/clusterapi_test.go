@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -463,4 +464,92 @@ spec:
 			return fmt.Errorf("Subnet tiny still there (%w)", err)
 		})
 	})
+}
+
+// A bound claim deleted in the foreground (kubectl delete
+// --cascade=foreground; Argo CD prunes so) goes: the garbage collector
+// deletes its IPAddress first and the claim waits for it, so the provider
+// must not keep that IPAddress for as long as the claim exists. The
+// address still cools down before it is handed out again, and a Subnet
+// and namespace deleted the same way go too.
+func TestClusterAPIForegroundDeletion(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	mustKubectl(t, fmt.Sprintf(`
+apiVersion: ipam.subnet-operator.io/v1alpha2
+kind: SubnetPool
+metadata: {name: dc, namespace: %[1]s}
+spec: {cidr: 10.71.0.0/16, defaultPrefixLength: 24}
+---
+apiVersion: ipam.subnet-operator.io/v1alpha2
+kind: Subnet
+metadata: {name: one, namespace: %[1]s}
+spec: {poolRef: {name: dc}, cidr: 10.71.0.0/30}
+`, ns), "apply", "-f", "-")
+	foreground := client.PropagationPolicy(metav1.DeletePropagationForeground)
+	gone := func(o client.Object) func() error {
+		return func() error {
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(o), o)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("%T %s still there, finalizers %v (%v)", o, o.GetName(), o.GetFinalizers(), err)
+		}
+	}
+
+	// 10.71.0.0/30 hands out one address: 10.71.0.2.
+	if err := k8s.Create(ctx, newClaim(ns, "fg", "one", "")); err != nil {
+		t.Fatal(err)
+	}
+	var first *capiipam.IPAddress
+	eventually(t, 30*time.Second, func() (err error) { first, err = bound(ctx, ns, "fg"); return err })
+	if err := k8s.Delete(ctx, newClaim(ns, "fg", "one", ""), foreground); err != nil {
+		t.Fatal(err)
+	}
+	// The garbage collector (or the release) deletes its IPAddress; it
+	// stays, terminating, for the cool-down.
+	var released capiipam.IPAddress
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fg"}, &released); err != nil {
+			return err
+		}
+		if released.DeletionTimestamp == nil {
+			return fmt.Errorf("IPAddress fg not deleted yet")
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, gone(newClaim(ns, "fg", "one", "")))
+
+	// Cooling down: the next claim waits for the address.
+	if err := k8s.Create(ctx, newClaim(ns, "next", "one", "")); err != nil {
+		t.Fatal(err)
+	}
+	var next *capiipam.IPAddress
+	eventually(t, 30*time.Second, func() (err error) { next, err = bound(ctx, ns, "next"); return err })
+	if next.Spec.Address != first.Spec.Address {
+		t.Fatalf("next got %s, want %s once it cooled down", next.Spec.Address, first.Spec.Address)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fg"}, &capiipam.IPAddress{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("%s handed out again while IPAddress fg still holds it (%v)", first.Spec.Address, err)
+	}
+	if gap := next.CreationTimestamp.Sub(released.DeletionTimestamp.Time); gap < addressReuseAfter-time.Second {
+		t.Errorf("%s handed out again %s after its release, within the cool-down of %s", first.Spec.Address, gap, addressReuseAfter)
+	}
+
+	// The Subnet, then the namespace, in the foreground, with a bound
+	// claim: the claim goes first, then its Subnet, then the namespace.
+	if err := k8s.Delete(ctx, newClaim(ns, "next", "one", ""), foreground); err != nil {
+		t.Fatal(err)
+	}
+	subnet := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "one"}}
+	if err := k8s.Delete(ctx, subnet, foreground); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, gone(newClaim(ns, "next", "one", "")))
+	eventually(t, time.Minute, gone(subnet))
+	nsObject := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if err := k8s.Delete(ctx, nsObject, foreground); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, gone(nsObject))
 }
