@@ -62,6 +62,14 @@ type Options struct {
 	// BeforeInstall, when set, runs on the bare control plane before the
 	// operator is installed: to leave there what an earlier release did.
 	BeforeInstall func(ctx context.Context, cp *controlplane.ControlPlane) error
+	// ReplicaKubeconfig, when set, gives each replica run from the binary
+	// a kubeconfig of its own instead of the admin's: it is called once
+	// per replica, with the replica's name, once the control plane runs
+	// and before the replica first starts, and returns the kubeconfig's
+	// path. A test can put something of its own between a replica and
+	// the API server this way (a proxy that delays a watch). Unused for
+	// replicas run from an Image.
+	ReplicaKubeconfig func(ctx context.Context, cp *controlplane.ControlPlane, name string) (string, error)
 }
 
 // Environment is a control plane with the operator installed and running.
@@ -91,6 +99,8 @@ type Manager struct {
 	ProbePort   int
 	// args are the binary's, or podman's for a replica in container.
 	args []string
+	// kubeconfig is the one the binary connects with.
+	kubeconfig string
 	// Container is the replica's podman container, when it runs from the image.
 	Container string
 	// logPath is the replica's log; logFrom where its current run starts in
@@ -157,7 +167,14 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 
 	var backends []string
 	for i := range opts.Replicas {
-		m, err := env.newManager(fmt.Sprintf("manager-%d", i), opts.Replicas == 1, ports[0])
+		name := fmt.Sprintf("manager-%d", i)
+		kubeconfig := cp.Kubeconfig
+		if opts.ReplicaKubeconfig != nil && env.pod == nil {
+			if kubeconfig, err = opts.ReplicaKubeconfig(ctx, cp, name); err != nil {
+				return nil, fmt.Errorf("kubeconfig of %s: %w", name, err)
+			}
+		}
+		m, err := env.newManager(name, opts.Replicas == 1, ports[0], kubeconfig)
 		if err != nil {
 			return nil, err
 		}
@@ -225,13 +242,14 @@ func (env *Environment) serviceAccountDir() string {
 	return filepath.Join(env.certDir, "serviceaccount")
 }
 
-// newManager picks ports for a replica and builds its command line.
-func (env *Environment) newManager(name string, only bool, webhookPort int) (*Manager, error) {
+// newManager picks ports for a replica and builds its command line; a
+// binary replica connects with kubeconfig.
+func (env *Environment) newManager(name string, only bool, webhookPort int, kubeconfig string) (*Manager, error) {
 	ports, err := controlplane.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{Name: name, WebhookPort: ports[0], MetricsPort: ports[1], ProbePort: ports[2]}
+	m := &Manager{Name: name, WebhookPort: ports[0], MetricsPort: ports[1], ProbePort: ports[2], kubeconfig: kubeconfig}
 	if only {
 		m.WebhookPort = webhookPort // no proxy: the URL points at it
 	}
@@ -258,7 +276,7 @@ func (env *Environment) newManager(name string, only bool, webhookPort int) (*Ma
 		return m, err
 	}
 	m.args = append([]string{
-		"--kubeconfig=" + env.Kubeconfig,
+		"--kubeconfig=" + m.kubeconfig,
 		"--webhook-cert-dir=" + filepath.Join(env.certDir, "webhook"),
 		"--metrics-cert-dir=" + filepath.Join(env.certDir, "metrics"),
 		"--leader-election-namespace=" + Namespace,
@@ -283,7 +301,7 @@ func (env *Environment) StartManager(ctx context.Context, m *Manager) error {
 	if m.Container != "" {
 		p, err = ContainerProcess(env.ControlPlane, m.Name, m.Container, m.args)
 	} else {
-		p, err = env.StartProcess(m.Name, env.opts.Manager, m.args, append([]string{"KUBECONFIG=" + env.Kubeconfig}, env.opts.ManagerEnv...))
+		p, err = env.StartProcess(m.Name, env.opts.Manager, m.args, append([]string{"KUBECONFIG=" + m.kubeconfig}, env.opts.ManagerEnv...))
 	}
 	if err != nil {
 		return err

@@ -315,7 +315,7 @@ func TestQuiescentAddresses(t *testing.T) {
 	}, {
 		name: "a Subnet being deleted with no address in use",
 		objs: []obj{p, s.deleting(sec(0))},
-		want: []string{"L1"},
+		want: []string{"L7"},
 	}, {
 		name: "AllocationFailed: the IPAddress of its name is an earlier claim's (itself left in use: orphan)",
 		objs: []obj{p, s.usage(1, 0, "4"), c2.refused(capiipam.IPAddressClaimReadyAllocationFailedReason), func() obj { x := a; x.Name = "m2"; return x }()},
@@ -331,7 +331,7 @@ func TestQuiescentAddresses(t *testing.T) {
 	}, {
 		name: "still being deleted",
 		objs: []obj{p, s.usage(1, 0, "4"), c.bound().deleting(sec(0)), a},
-		want: []string{"L5"},
+		want: []string{"L7"},
 	}, {
 		name: "another provider's claim, left alone",
 		objs: []obj{p, func() obj { x := claimOf("m5", "s"); x.Pool, x.Finalizers = "", nil; return x }()},
@@ -346,7 +346,7 @@ func TestQuiescentAddresses(t *testing.T) {
 	}, {
 		name: "an IPAddress still terminating",
 		objs: []obj{p, s.usage(0, 1, "4"), a.deleting(sec(0))},
-		want: []string{"L5"},
+		want: []string{"L7"},
 	}, {
 		name: "two IPAddresses hold one address",
 		objs: []obj{p, s.usage(2, 0, "4"), c.bound(), a, c2.bound(), addressFor(c2, "10.0.0.2", 29, "10.0.0.1", sec(0))},
@@ -363,6 +363,177 @@ func TestQuiescentAddresses(t *testing.T) {
 		name: "addresses in use, no address-protection finalizer",
 		objs: []obj{p, subnet("s", "p", "10.0.0.0/29", 0).granted("10.0.0.0/29").usage(1, 0, "4"), c.bound(), a},
 		want: []string{"L6"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := checkQuiescent(recorded(tt.objs), nil)
+			var got []string
+			for _, f := range r.findings {
+				if f.Check != "L3" && f.Check != "L4" {
+					got = append(got, f.Check)
+				}
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("checks (-want +got):\n%s\nfindings: %v", d, r.findings)
+			}
+		})
+	}
+}
+
+// written is an IPAddress the test writes for claim c (by hand or as a
+// restore): the contract's fields, no owner reference, no finalizer.
+func written(c obj, by, address string, created time.Time) obj {
+	a := addressFor(c, address, 29, "10.0.0.1", created)
+	a.Owner, a.Finalizers, a.WrittenBy = nil, nil, by
+	return a
+}
+
+// adoptedBy is a written IPAddress once claim c has adopted it.
+func (o obj) adoptedBy(c obj) obj {
+	o.Owner = &metav1.OwnerReference{Kind: kindClaim, Name: c.Name, UID: c.UID, Controller: ptr.To(true)}
+	o.Finalizers = []string{finalizerProtectAddress}
+	return o
+}
+
+func (o obj) withFinalizers(fs ...string) obj {
+	o.Finalizers = append(slices.Clone(o.Finalizers), fs...)
+	return o
+}
+
+// IPAddresses written by hand or restored: the test's own duplicates and
+// bad addresses are no violation of A1-A5; adopting them, or a claim Ready
+// with them, is (A7, A8). A foreground deletion of a Subnet deletes its
+// IPAddresses under live claims (not A6).
+func TestWrittenAddressesOnSyntheticHistories(t *testing.T) {
+	p := pool("p", "", "10.0.0.0/24").serving("10.0.0.0/24")
+	s := subnet("s", "p", "10.0.0.0/29", 0).granted("10.0.0.0/29").protected()
+	c := claimOf("m1", "s")
+	c2 := claimOf("m2", "s")
+	a := addressFor(c, "10.0.0.2", 29, "10.0.0.1", sec(0))
+	setup := []event{added(p.at(1)), added(s.at(2)), added(c.at(3)), added(a.at(4)), modified(c.bound().at(5))}
+	// w is written for m2 with address x, then adopted by m2, which goes
+	// Ready with it.
+	adoptAndBind := func(by, x string) []event {
+		w := written(c2, by, x, sec(1))
+		return []event{added(w.at(6)), added(c2.at(7)), modified(w.adoptedBy(c2).at(8)), modified(c2.bound().at(9))}
+	}
+	tests := []struct {
+		name   string
+		events []event
+		want   []string
+	}{{
+		name:   "restored with a free address, adopted, bound",
+		events: slices.Concat(setup, adoptAndBind(writtenByRestore, "10.0.0.3")),
+	}, {
+		name:   "written by hand over a held address, or outside, or on the gateway, and left alone",
+		events: slices.Concat(setup, []event{added(written(c2, writtenByHand, "10.0.0.2", sec(1)).at(6)), added(c2.at(7))}),
+	}, {
+		name: "written by hand, never adopted, removed at once",
+		events: slices.Concat(setup, []event{added(written(c2, writtenByHand, "10.0.0.9", sec(1)).at(6)),
+			deleted(written(c2, writtenByHand, "10.0.0.9", sec(1)).at(7))}),
+	}, {
+		name:   "written by hand over another claim's address, adopted and bound",
+		events: slices.Concat(setup, adoptAndBind(writtenByHand, "10.0.0.2")),
+		want:   []string{"A8", "A7"},
+	}, {
+		name:   "restored outside the Subnet, adopted and bound",
+		events: slices.Concat(setup, adoptAndBind(writtenByRestore, "10.0.0.9")),
+		want:   []string{"A8", "A8"},
+	}, {
+		name:   "written by hand on the gateway, adopted and bound",
+		events: slices.Concat(setup, adoptAndBind(writtenByHand, "10.0.0.1")),
+		want:   []string{"A8", "A8"},
+	}, {
+		name:   "written by hand on the broadcast address, adopted and bound",
+		events: slices.Concat(setup, adoptAndBind(writtenByHand, "10.0.0.7")),
+		want:   []string{"A8", "A8"},
+	}, {
+		name: "restored, adopted by another claim than the one of its name",
+		events: func() []event {
+			w := written(c2, writtenByRestore, "10.0.0.3", sec(1))
+			return slices.Concat(setup, []event{added(w.at(6)), added(c2.at(7)), modified(w.adoptedBy(c).at(8))})
+		}(),
+		want: []string{"A8"},
+	}, {
+		name: "the operator hands out an address a bound claim holds",
+		events: slices.Concat(setup, []event{added(c2.at(6)), added(addressFor(c2, "10.0.0.2", 29, "10.0.0.1", sec(1)).at(7)),
+			modified(c2.bound().at(8))}),
+		want: []string{"A1", "A7"},
+	}, {
+		name: "a foreground deletion of the Subnet deletes its IPAddresses under live claims",
+		events: slices.Concat(setup, []event{modified(s.deleting(sec(10)).withFinalizers(finalizerForeground).at(6)),
+			modified(a.deleting(sec(10)).at(7))}),
+	}, {
+		name:   "the same deletion without a foreground deletion is a release under a live claim",
+		events: slices.Concat(setup, []event{modified(s.deleting(sec(10)).at(6)), modified(a.deleting(sec(10)).at(7))}),
+		want:   []string{"A6"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := replay(tt.events...)
+			if d := cmp.Diff(tt.want, checksOf(r.findings)); d != "" {
+				t.Errorf("checks (-want +got):\n%s\nfindings: %v", d, r.findings)
+			}
+		})
+	}
+}
+
+// At quiescence: a claim whose name's IPAddress was written by the test
+// waits only if that IPAddress may not be adopted (L5); a bound claim's
+// address is one the Subnet hands out (L5); and what is being deleted is
+// gone unless documented reasons hold it (L7).
+func TestQuiescentWrittenAddressesAndStuckDeletions(t *testing.T) {
+	p := poolWithStatus(pool("p", "", "10.0.0.0/24").serving("10.0.0.0/24"), 1, 0, []string{"10.0.0.0/29"})
+	s := subnet("s", "p", "10.0.0.0/29", 0).granted("10.0.0.0/29").protected()
+	c := claimOf("m1", "s")
+	a := addressFor(c, "10.0.0.2", 29, "10.0.0.1", sec(0))
+	c2 := claimOf("m2", "s")
+	failed := c2.refused(capiipam.IPAddressClaimReadyAllocationFailedReason)
+	now := time.Now()
+	tests := []struct {
+		name string
+		objs []obj
+		want []string
+	}{{
+		name: "restored with a free address and not adopted",
+		objs: []obj{p, s.usage(2, 0, "3"), c.bound(), a, failed, written(c2, writtenByRestore, "10.0.0.3", sec(0))},
+		want: []string{"L5"},
+	}, {
+		name: "written by hand over a held address: not adopted",
+		objs: []obj{p, s.usage(2, 0, "4"), c.bound(), a, failed, written(c2, writtenByHand, "10.0.0.2", sec(0))},
+	}, {
+		name: "written by hand outside the Subnet: not adopted",
+		objs: []obj{p, s.usage(2, 0, "4"), c.bound(), a, failed, written(c2, writtenByHand, "10.0.0.9", sec(0))},
+	}, {
+		name: "written by hand on the network address: not adopted",
+		objs: []obj{p, s.usage(2, 0, "4"), c.bound(), a, failed, written(c2, writtenByHand, "10.0.0.0", sec(0))},
+	}, {
+		name: "bound to the gateway",
+		objs: []obj{p, s.usage(2, 0, "4"), c.bound(), a, c2.bound(), written(c2, writtenByHand, "10.0.0.1", sec(0)).adoptedBy(c2)},
+		want: []string{"L5"},
+	}, {
+		name: "a foreground deletion of the Subnet: its IPAddress terminating under the live claim holds it",
+		objs: []obj{p, s.deleting(sec(0)).withFinalizers(finalizerForeground), c.bound(), a.deleting(sec(0))},
+	}, {
+		name: "a claim deleted in the foreground, waiting for its IPAddress's cool-down",
+		objs: []obj{p, s.usage(0, 1, "4"), func() obj {
+			x := c.bound().deleting(now)
+			x.Finalizers = []string{finalizerForeground} // released: the operator's finalizer is gone
+			return x
+		}(), a.deleting(now)},
+		want: []string{"L7"}, // the IPAddress cooling down: not settled yet
+	}, {
+		name: "a claim deleted in the foreground, its IPAddress gone, still there",
+		objs: []obj{p, s.usage(0, 0, "5"), c.bound().deleting(sec(0)).withFinalizers(finalizerForeground)},
+		want: []string{"L7"},
+	}, {
+		name: "a bound claim deleted in the foreground, its finalizers both left (deadlock)",
+		objs: []obj{p, s.usage(1, 0, "4"), c.bound().deleting(sec(0)).withFinalizers(finalizerForeground), a},
+		want: []string{"L7"},
+	}, {
+		name: "a Subnet deleted in the foreground with nothing left",
+		objs: []obj{p, s.deleting(sec(0)).withFinalizers(finalizerForeground)},
+		want: []string{"L7"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

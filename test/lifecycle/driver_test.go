@@ -42,6 +42,10 @@ type driver struct {
 	id  int
 
 	handOvers, restarts int
+	// The IPAddress informer lag (ops_addresses_test.go): the replicas
+	// lagged now, for how many more operations, and how many windows.
+	lagged              []string
+	lagLeft, lagWindows int
 	// unexpected counts replicas that exited on their own (a leader that
 	// missed its renew deadline on a loaded machine exits by design).
 	unexpected []string
@@ -65,6 +69,9 @@ func (d *driver) logPath(m *environment.Manager) string {
 func (d *driver) run(ctx context.Context, op *operation) int {
 	d.ensureReplicas(ctx)
 	group := d.nextID()
+	if op.lag != nil {
+		d.startLag(ctx, op.lag, op.kind, group)
+	}
 	// chain sends a request and what follows it at once (a re-create).
 	chain := func(r *request) {
 		for ; r != nil; r = r.then {
@@ -89,6 +96,11 @@ func (d *driver) run(ctx context.Context, op *operation) int {
 			<-returned
 		}
 		d.strike(ctx, op, group)
+	} else if op.lag != nil && op.lag.drop >= 0 {
+		for range op.lag.drop {
+			<-returned
+		}
+		d.dropLagged(op.lag, op.kind, group)
 	}
 	wg.Wait()
 	// The generator learns the outcomes of requests sent one at a time.
@@ -111,6 +123,10 @@ func (d *driver) run(ctx context.Context, op *operation) int {
 	if op.fault != nil {
 		n++
 	}
+	if op.lag != nil {
+		n++
+	}
+	d.tickLag(op, group)
 	return n
 }
 
@@ -190,8 +206,13 @@ func (d *driver) send(ctx context.Context, r *request, rec *opRecord) error {
 		o = &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name}}
 	case kindClaim:
 		o = &capiipam.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name}}
+	case kindAddress:
+		o = &capiipam.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name}}
 	default:
 		o = &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name}}
+	}
+	if handled, err := d.sendAddress(ctx, r, rec); handled {
+		return err
 	}
 	var err error
 	switch rec.Verb {
@@ -219,7 +240,12 @@ func (d *driver) send(ctx context.Context, r *request, rec *opRecord) error {
 			rec.Outcome = outcomeUpdated
 		}
 	case "delete":
-		if err = d.c.Delete(ctx, o); err == nil {
+		var opts []client.DeleteOption
+		if r.foreground {
+			rec.Foreground = true
+			opts = append(opts, client.PropagationPolicy(metav1.DeletePropagationForeground))
+		}
+		if err = d.c.Delete(ctx, o, opts...); err == nil {
 			rec.Outcome = outcomeDeleted
 		}
 	}

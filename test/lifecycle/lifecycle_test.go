@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/test/controlplane"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
@@ -48,11 +49,28 @@ const (
 var (
 	env  *environment.Environment
 	runs int
+	// lagProxies: each replica's connection to the API server, by
+	// replica name (lagproxy_test.go).
+	lagProxies = map[string]*lagProxy{}
 )
 
 func TestMain(m *testing.M) {
 	opts := environment.Options{
 		Replicas: 2,
+		// The garbage collector, for foreground deletions (and the
+		// dependents of what is deleted).
+		ControllerManager: true,
+		// Each replica through a proxy of its own, which can hold back
+		// its IPAddress watches (lag-address-watch).
+		ReplicaKubeconfig: func(_ context.Context, cp *controlplane.ControlPlane, name string) (string, error) {
+			p, err := startLagProxy(cp.Config)
+			if err != nil {
+				return "", err
+			}
+			lagProxies[name] = p
+			path := filepath.Join(cp.Dir, name+"-lagged.kubeconfig")
+			return path, p.writeKubeconfig(path)
+		},
 		// Cluster API's CRDs before the replicas start: they serve
 		// IPAddressClaims of Subnets (on: or fail to start).
 		ClusterAPI: true,
@@ -65,9 +83,13 @@ func TestMain(m *testing.M) {
 			"--address-reuse-after=" + addressReuseAfter.String(),
 		},
 	}
-	os.Exit(environment.Main(m, opts, true, func(e *environment.Environment, _ client.Client) {
+	code := environment.Main(m, opts, true, func(e *environment.Environment, _ client.Client) {
 		env = e
-	}))
+	})
+	for _, p := range lagProxies {
+		p.close()
+	}
+	os.Exit(code)
 }
 
 // TestLifecycle drives a seeded random sequence of operations through the
@@ -199,6 +221,7 @@ func (l *lifecycle) runPhase(ctx context.Context) {
 // endPhase checks the phase, every operation having returned: liveness on
 // the settled state, then safety on the history up to now.
 func (l *lifecycle) endPhase(ctx context.Context) {
+	l.d.liftLag("the phase", 0) // the settling is not lagged
 	q, waited, err := awaitQuiescent(ctx, l.c, l.namespaces, l.rec, l.rpt.seen)
 	if err != nil {
 		l.t.Fatalf("phase %d: listing: %v", l.phase, err)
@@ -387,9 +410,10 @@ func summary(seed uint64, records []*opRecord, l *lifecycle, wall time.Duration)
 		skipped = append(skipped, fmt.Sprintf("%d %s", adm.skipped[why], why))
 		skippedN += adm.skipped[why]
 	}
-	fmt.Fprintf(&b, "  checks: S1 %d (%d skipped in watch gaps), S2 %d, S3 %d, S5 %d (%d grants across namespaces), S4 %d explicit creates judged (%d pairs skipped: a deletion and the claim may both have been undelivered), %d not judged (%s), L1-L6 %d objects checked at quiescence\n",
-		rep.s1Checks, rep.s1Skipped, rep.s2Checks, rep.s3Checks, rep.s5Checks, rep.s5Across, adm.checked, adm.pairsSkipped, skippedN, strings.Join(skipped, "; "), l.lchecks)
+	fmt.Fprintf(&b, "  checks: S1 %d (%d skipped in watch gaps), S2 %d, S3 %d, S5 %d (%d grants across namespaces), S6 %d root pool grants, S4 %d explicit creates judged (%d pairs skipped: a deletion and the claim may both have been undelivered), %d not judged (%s), L1-L7 %d objects checked at quiescence\n",
+		rep.s1Checks, rep.s1Skipped, rep.s2Checks, rep.s3Checks, rep.s5Checks, rep.s5Across, rep.s6Checks, adm.checked, adm.pairsSkipped, skippedN, strings.Join(skipped, "; "), l.lchecks)
 	fmt.Fprintf(&b, "  addresses: %s\n", addressSummary(records, rep))
+	fmt.Fprintf(&b, "  edges: %d lag windows; %s\n", d.lagWindows, edgeSummary(records, rep))
 	fmt.Fprintf(&b, "  grandfathered claims seen (held outside their pool's range or on its reserved ranges): %d\n", len(rpt.grandfathered))
 	for _, uid := range slices.Sorted(maps.Keys(rpt.grandfathered)) {
 		fmt.Fprintf(&b, "    %s\n", rpt.grandfathered[uid])

@@ -13,10 +13,13 @@
 //	... -lifecycle.seed=N -lifecycle.ops=M       # replay the operation sequence of a failed run
 //	... -lifecycle.out=DIR                       # keep the operation log and the history (JSON lines)
 //
-// Files: ops_test.go draws operations from the seed; driver_test.go sends
-// them, with a client's retries, and injects the faults; history_test.go
-// records every object version; lifecycle_test.go runs the phases and
-// reports.
+// Files: ops_test.go draws operations from the seed (ops_addresses_test.go
+// those at Cluster API's edges: IPAddress informer lag, foreground
+// deletes, IPAddresses written by hand or restored); driver_test.go sends
+// them, with a client's retries, and injects the faults; lagproxy_test.go
+// is the proxy in front of each replica that holds back its IPAddress
+// watches; history_test.go records every object version;
+// lifecycle_test.go runs the phases and reports.
 //
 // This file and checks.go are the model and the checks, and addresses.go
 // the model and checks of Cluster API IPAddressClaims answered from
@@ -29,6 +32,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"maps"
 	"math/big"
 	"net/netip"
 	"slices"
@@ -104,6 +108,9 @@ type obj struct {
 	ClaimRef  string
 	Owner     *metav1.OwnerReference
 	SubnetUID types.UID
+	// WrittenBy is an IPAddress's annotationWrittenBy: "" for one the
+	// operator wrote, else how the test wrote it (addresses.go).
+	WrittenBy string
 	// AddressRef is a claim's status.addressRef.name.
 	AddressRef string
 }
@@ -262,13 +269,34 @@ func (o *obj) held() netip.Prefix {
 // requested is the explicit range a claim asks for: spec.cidr.
 func (o *obj) requested() netip.Prefix { return parsePrefix(o.CIDR) }
 
-// servedRange is the range a pool hands out, whatever its state: a root
-// pool's spec.cidr, a child pool's status.cidr (its parent's grant).
+// servedRange is the range a pool hands out, whatever its state: its
+// status.cidr, the grant of its parent or, a root pool, of its address
+// space (the test's root pools are all in the default space).
 func (o *obj) servedRange() netip.Prefix {
-	if o.Ref == "" {
-		return parsePrefix(o.CIDR)
+	return parsePrefix(o.StatusCIDR)
+}
+
+// rootHeld is what a root pool holds in its address space: its
+// status.cidr. Invalid for a child pool (see held) and for a root that
+// holds nothing.
+func (o *obj) rootHeld() netip.Prefix {
+	if o.Kind != kindPool || o.Ref != "" {
+		return netip.Prefix{}
 	}
 	return parsePrefix(o.StatusCIDR)
+}
+
+// rootsOverlapping are the root pools other than p whose held range
+// overlaps x: what keeps x from p in their address space.
+func (w *world) rootsOverlapping(p *obj, x netip.Prefix) []*obj {
+	var out []*obj
+	for _, name := range slices.Sorted(maps.Keys(w.pools)) {
+		o := w.pools[name]
+		if o != p && o.rootHeld().Overlaps(x) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 func (o *obj) reserved() []netip.Prefix {

@@ -317,8 +317,8 @@ func TestQuiescentSubnetRangeRecorded(t *testing.T) {
 	if r := checkQuiescent(recorded([]obj{p, s}), nil); slices.ContainsFunc(r.findings, func(f finding) bool { return strings.Contains(f.Detail, "spec.cidr is") }) {
 		t.Errorf("a recorded Ready Subnet: %v", r.findings)
 	}
-	// Named neither field (created before its pool): not recorded, and no
-	// finding.
+	// Named neither field (created before its pool): recorded at the
+	// recorder's pace; not a finding before.
 	bare := subnet("b", "p", "", 0).granted("10.0.0.64/26")
 	if r := checkQuiescent([]obj{p, bare}, nil); slices.ContainsFunc(r.findings, func(f finding) bool { return strings.Contains(f.Detail, "spec.cidr is") }) {
 		t.Errorf("an unrecorded Subnet without prefixLength: %v", r.findings)

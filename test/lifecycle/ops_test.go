@@ -102,10 +102,14 @@ func platformConsent() *ipamv1.AllowedNamespaces {
 //	                                to exist, Ready or not; sometimes a missing one; 1 in 20 another kind of pool)
 //	delete-address-claim       3    its address is released: kept for the cool-down, then handed out again
 //	address-claim-burst        3    a small Subnet (/29-/32, /125-/128; sometimes explicit with a gateway) and 4-9
-//	                                claims on it at once, half deleted again 0.2-1.5 s later (some then created
-//	                                again under the same name) and 0-2 more 1-4 s later: exhaustion, release,
-//	                                reuse after the cool-down; sometimes the Subnet is deleted while its addresses
-//	                                are in use (its finalizer holds it)
+//	                                claims on it at once, half deleted again 0.2-1.5 s later (2 in 5 in the
+//	                                foreground; some then created again under the same name) and 0-2 more 1-4 s
+//	                                later: exhaustion, release, reuse after the cool-down; sometimes the Subnet is
+//	                                deleted while its addresses are in use (its finalizer holds it)
+//
+// and, at Cluster API's edges (ops_addresses_test.go, which has their
+// table): lag-address-watch 2, delete-address-claim-foreground 2,
+// delete-subnet-foreground 2, write-address-by-hand 3, restore-address 3.
 //
 // A delete-subnet deletes the Subnet's claims first half the time (else the
 // Subnet waits for them, terminating), a drain-pool mostly; the bursts of
@@ -124,6 +128,8 @@ var opMix = []struct {
 	{opDeleteSubnet, 12}, {opRecreateSubnet, 8}, {opBurst, 2}, {opRacePoolEdit, 4}, {opChildShrink, 1}, {opFlashRecreate, 2},
 	{opRestoreSubnet, 3}, {opRestart, 1}, {opHandOver, 1}, {opFlipTenant, 2},
 	{opCreateClaim, 6}, {opDeleteClaim, 3}, {opClaimBurst, 3},
+	// Cluster API's edges: ops_addresses_test.go.
+	{opLagAddresses, 2}, {opDeleteClaimFg, 2}, {opDeleteSubnetFg, 2}, {opWriteAddress, 3}, {opRestoreAddress, 3},
 }
 
 // Names come from small pools, so that objects are re-created under a name
@@ -155,6 +161,9 @@ type nsPlan struct {
 	pools   map[string]*poolPlan
 	subnets map[string]*subnetPlan
 	claims  map[string]*claimPlan
+	// written: the claim names the test wrote an IPAddress for (by hand
+	// or restored) and has not removed yet.
+	written map[string]bool
 	// platform: its pools allow namespaces labelled tenant; tenant: it is
 	// labelled so (as believed).
 	platform, tenant bool
@@ -190,6 +199,9 @@ type operation struct {
 	concurrent int
 	after      int
 	fault      *fault
+	// lag: an IPAddress informer lag from the start of the operation
+	// (ops_addresses_test.go).
+	lag *lagFault
 }
 
 type fault struct {
@@ -209,7 +221,11 @@ type request struct {
 	// export (verb "export") keeps what it reads; restore (a create)
 	// sends what an export kept instead of create.
 	export, restore *exported
-	out             *opRecord // the outcome, once sent
+	// foreground: a delete with propagationPolicy Foreground; addr: a
+	// request on an IPAddress (ops_addresses_test.go).
+	foreground bool
+	addr       *addressOp
+	out        *opRecord // the outcome, once sent
 }
 
 // newGenerator draws from seed over namespaces; platform (one of them, or
@@ -218,7 +234,7 @@ type request struct {
 func newGenerator(seed uint64, namespaces []string, platform string, tenants []string) *generator {
 	g := &generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	for i, ns := range namespaces {
-		plan := &nsPlan{name: ns, index: i, pools: map[string]*poolPlan{}, subnets: map[string]*subnetPlan{}, claims: map[string]*claimPlan{},
+		plan := &nsPlan{name: ns, index: i, pools: map[string]*poolPlan{}, subnets: map[string]*subnetPlan{}, claims: map[string]*claimPlan{}, written: map[string]bool{},
 			platform: ns == platform, tenant: slices.Contains(tenants, ns)}
 		g.nss = append(g.nss, plan)
 		if plan.platform {
@@ -291,6 +307,9 @@ func (g *generator) next() *operation {
 
 func (g *generator) make(kind string) *operation {
 	ns := g.nss[g.rng.IntN(len(g.nss))]
+	if op := g.makeAddressOp(kind, ns); op != nil {
+		return op
+	}
 	switch kind {
 	case opBurst:
 		reqs := g.burst(10 + g.rng.IntN(31))
@@ -762,12 +781,16 @@ func (g *generator) freeSubnetName(ns *nsPlan, taken map[string]bool) (string, b
 // ---- address plan ----
 
 // home is where pool pk of a namespace lives when it is a root pool: the
-// first /21 of its own /16 (of 4 per namespace, so pools share ranges: root
-// pools are separate address spaces and may overlap), or a small IPv6
-// range.
+// first /21 of its own /16 (of 4 per namespace, so root pools of a
+// namespace compete for ranges in the one address space), one of two /21s
+// every namespace competes for (root pools across namespaces racing in the
+// space), or a small IPv6 range.
 func (g *generator) home(ns *nsPlan, k int, v6 bool) netip.Prefix {
 	if v6 {
 		return netip.MustParsePrefix(fmt.Sprintf("fd00:0:%x:%x::/117", ns.index, k%4))
+	}
+	if g.chance(0.2) {
+		return netip.MustParsePrefix(fmt.Sprintf("10.250.%d.0/21", 8*(k%2)))
 	}
 	return netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/21", 16*ns.index+k%4))
 }
@@ -1251,7 +1274,7 @@ func (g *generator) claimRequest(ns *nsPlan, op, name, subnet string) *request {
 }
 
 func (g *generator) deleteClaim(ns *nsPlan, name string) *request {
-	return &request{
+	r := &request{
 		rec: opRecord{Op: opDeleteClaim, Verb: "delete", Kind: kindClaim, Namespace: ns.name, Name: name},
 		apply: func(rec *opRecord) {
 			if rec.Outcome == outcomeDeleted || rec.Outcome == outcomeNotFound {
@@ -1259,6 +1282,12 @@ func (g *generator) deleteClaim(ns *nsPlan, name string) *request {
 			}
 		},
 	}
+	if ns.written[name] {
+		// The test wrote an IPAddress of this name: once the claim is
+		// gone, it removes it if no one adopted it.
+		r.then = g.tidyAddress(ns, name)
+	}
+	return r
 }
 
 // claimBurst makes a small Subnet and sends claims on it at once: a /29
@@ -1321,7 +1350,7 @@ func (g *generator) claimBurst(ns *nsPlan) *operation {
 		}
 		if g.chance(0.5) { // released a moment later: its address cools down
 			d := g.deleteClaim(ns, c.rec.Name)
-			d.rec.Op, d.delay = opClaimBurst, ms(200, 1500)
+			d.rec.Op, d.delay, d.foreground = opClaimBurst, ms(200, 1500), g.chance(0.4)
 			c.then = d
 			if g.chance(0.3) {
 				// And a new claim under the same name at once: the old
@@ -1341,7 +1370,7 @@ func (g *generator) claimBurst(ns *nsPlan) *operation {
 	}
 	if g.chance(0.15) {
 		del := g.deleteSubnet(ns, name)
-		del.rec.Op, del.delay = opClaimBurst, ms(500, 2500)
+		del.rec.Op, del.delay, del.foreground = opClaimBurst, ms(500, 2500), g.chance(0.3)
 		claims = append(claims, del)
 	}
 	op.requests = append(op.requests, claims...)
