@@ -117,6 +117,30 @@ func TestMakeDev(t *testing.T) {
 		}
 		return nil
 	})
+	// Address spaces: a root pool over another root pool's range is
+	// refused, in the same namespace (naming it) and from another
+	// namespace (without its name); a namespace without the root-pools
+	// label gets no root pool at all, and is told which label it lacks.
+	overDC := "apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: SubnetPool\nmetadata: {name: over, namespace: default}\nspec: {cidr: 10.0.0.0/24}\n"
+	if _, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(overDC), "create", "-f", "-"); err == nil ||
+		!strings.Contains(stderr, "overlaps SubnetPool default/datacenter (10.0.0.0/16), a root pool of address space default") {
+		t.Errorf("a root pool over another in the same namespace: %v %s", err, stderr)
+	}
+	overCorp := "apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: SubnetPool\nmetadata: {name: over, namespace: default}\nspec: {cidr: 10.100.0.0/24}\n"
+	if _, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(overCorp), "create", "-f", "-"); err == nil ||
+		!strings.Contains(stderr, "overlaps a range held in another namespace (10.100.0.0/16)") || strings.Contains(stderr, "netops") {
+		t.Errorf("a root pool over another namespace's: %v %s", err, stderr)
+	}
+	tenantRoot := "apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: SubnetPool\nmetadata: {name: mine, namespace: team-c}\nspec: {cidr: 192.168.0.0/16}\n"
+	if _, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(tenantRoot), "create", "-f", "-"); err == nil ||
+		!strings.Contains(stderr, "namespace team-c lacks ipam.subnet-operator.io/root-pools=true") {
+		t.Errorf("a root pool in a namespace without the label: %v %s", err, stderr)
+	}
+	// Foreground deletion of a bound claim completes (Argo CD prunes so).
+	if _, stderr, err := env.KubectlOutput(ctx, kubeconfig, nil, "delete", "ipaddressclaim", "demo-md-0-a", "-n", "machines-demo",
+		"--cascade=foreground", "--timeout=60s"); err != nil {
+		t.Errorf("kubectl delete --cascade=foreground of a bound claim: %v %s", err, stderr)
+	}
 	// Durable allocations, whatever order the samples were applied in
 	// (the tenancy sample's Subnets arrive before their pools): every
 	// Subnet of every sample shows its range in the CIDR column, which
