@@ -271,6 +271,25 @@ func (r *quiescentReport) checkPool(w *world, p *obj) {
 	}
 }
 
+// justifyClaimsOutsideChange: a pool that holds a range and asks for
+// another x keeps the old one while its own claims hold ranges outside x
+// (ClaimsOutside, with their count, which it returns).
+func justifyClaimsOutsideChange(w *world, p *obj, x, held netip.Prefix, justified map[string]string) int {
+	if !held.IsValid() {
+		return 0
+	}
+	var out []*obj
+	for _, c := range w.holders(p.path(), "") {
+		if !inside(x, c.held()) {
+			out = append(out, c)
+		}
+	}
+	if len(out) > 0 {
+		justified[ipamv1.ReasonClaimsOutside] = fmt.Sprintf("%d held claims lie outside the new %s: %s", len(out), x, keys(out))
+	}
+	return len(out)
+}
+
 func describeJustified(m map[string]string) string {
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -310,18 +329,9 @@ func poolReasons(w *world, p *obj) (justified map[string]string, outsideCounts [
 			justified[ipamv1.ReasonOverlaps] = fmt.Sprintf("%s overlaps root pools %s", x, keys(rs))
 			changeOK = false
 		}
-		if held.IsValid() {
-			var out []*obj
-			for _, c := range w.holders(p.path(), "") {
-				if !inside(x, c.held()) {
-					out = append(out, c)
-				}
-			}
-			if len(out) > 0 {
-				justified[ipamv1.ReasonClaimsOutside] = fmt.Sprintf("%d held claims lie outside the new %s: %s", len(out), x, keys(out))
-				outsideCounts = append(outsideCounts, len(out))
-				changeOK = false
-			}
+		if n := justifyClaimsOutsideChange(w, p, x, held, justified); n > 0 {
+			outsideCounts = append(outsideCounts, n)
+			changeOK = false
 		}
 		if changeOK {
 			fits = fmt.Sprintf("%s overlaps no root pool's held range and holds the pool's claims", x)
@@ -363,19 +373,9 @@ func poolReasons(w *world, p *obj) (justified map[string]string, outsideCounts [
 		justified[ipamv1.ReasonOverlaps] = fmt.Sprintf("%s overlaps %s", x, keys(hs))
 		changeOK = false
 	}
-	if held.IsValid() {
-		var out []*obj
-		for _, c := range w.holders(p.path(), "") {
-			if !inside(x, c.held()) {
-				out = append(out, c)
-			}
-		}
-		if len(out) > 0 {
-			// (a) It keeps serving status.cidr.
-			justified[ipamv1.ReasonClaimsOutside] = fmt.Sprintf("%d held claims lie outside the new %s: %s", len(out), x, keys(out))
-			outsideCounts = append(outsideCounts, len(out))
-			changeOK = false
-		}
+	if n := justifyClaimsOutsideChange(w, p, x, held, justified); n > 0 {
+		outsideCounts = append(outsideCounts, n) // (a) it keeps serving status.cidr
+		changeOK = false
 	}
 	if changeOK && allowed {
 		fits = fmt.Sprintf("%s lies inside %s %s, off its reserved, overlaps no other held range, and holds the child's claims", x, parent.key(), parentServed)
