@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
 // machines is how many claims each scenario binds (the report had 40).
@@ -104,7 +104,8 @@ func TestClusterAPIRestoreAndMove(t *testing.T) {
 func scratchNamespace(t *testing.T, role string) string {
 	t.Helper()
 	name := fmt.Sprintf("e2e-move-%s-%04x", role, rand.IntN(1<<16))
-	if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	// Its root pool in an address space of its own: subtests reuse ranges.
+	if err := environment.CreateIsolatedNamespace(context.Background(), k8s, name, nil); err != nil {
 		t.Fatal(err)
 	}
 	return name
