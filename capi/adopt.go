@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -86,6 +87,13 @@ func (r *ClaimReconciler) adopt(ctx context.Context, addr *capiipam.IPAddress, c
 	addr.OwnerReferences = append(refs,
 		metav1.OwnerReference{APIVersion: capiipam.GroupVersion.String(), Kind: "IPAddressClaim", Name: claim.Name, UID: claim.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)},
 		metav1.OwnerReference{APIVersion: ipamv1.GroupVersion.String(), Kind: subnetKind, Name: subnet.Name, UID: subnet.UID, BlockOwnerDeletion: ptr.To(true)})
+	// As write makes them: the finalizer keeps the cool-down on release
+	// (one restored or written without it would be deleted at once), the
+	// label lets a paused Cluster's IPAddresses be found.
+	controllerutil.AddFinalizer(addr, FinalizerProtectAddress)
+	if name := clusterName(claim); name != "" {
+		metav1.SetMetaDataLabel(&addr.ObjectMeta, clusterv1.ClusterNameLabel, name)
+	}
 	if err := r.Client.Patch(ctx, addr, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -152,6 +160,14 @@ func foreign(addr *capiipam.IPAddress, claim *capiipam.IPAddressClaim) (reason, 
 			addr.Name, addr.Spec.PoolRef.Kind, addr.Spec.PoolRef.Name, claim.Spec.PoolRef.Name)
 	}
 	return "", ""
+}
+
+// adoptable reports whether the claim may try to take the IPAddress: no
+// claim controls it (adopt refuses, saying why, if it is not the claim's),
+// or a gone claim of this name did and it names the claim and its pool.
+func adoptable(addr *capiipam.IPAddress, claim *capiipam.IPAddressClaim) bool {
+	reason, _ := foreign(addr, claim)
+	return orphan(addr) || reason == ""
 }
 
 // mismatch says why an IPAddress whose address the Subnet hands out still

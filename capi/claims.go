@@ -337,15 +337,18 @@ func (r *ClaimReconciler) reconcileAddress(ctx context.Context, addr *capiipam.I
 		return reconcile.Result{}, true, err
 	}
 	switch {
-	case live != nil:
-		// Its claim exists and the cache shows another, or none: the cache
-		// is behind, and its event for the claim requeues this.
+	case live != nil && (claim == nil || claim.UID != live.UID):
+		// A claim of its name exists (its own, or one made again) and the
+		// cache shows another, or none: the cache is behind, and its event
+		// for the claim requeues this. Released now, a re-created claim
+		// would lose its machine's address.
 		return reconcile.Result{}, true, nil
-	case claim != nil && claim.DeletionTimestamp == nil:
+	case claim != nil && claim.DeletionTimestamp == nil && adoptable(addr, claim):
 		// Never released, and a claim of its name asks: restored from a
 		// backup with new UIDs (or its claim's finalizer was removed by
 		// hand and the claim made again). The claim gets the address its
 		// IPAddress records if the Subnet would hand it out (adopt.go).
+		// One of a gone claim that names another pool is released below.
 		return reconcile.Result{}, true, r.adopt(ctx, addr, claim)
 	case orphan(addr):
 		// No owner: restored before its claim (a backup tool drops owner
@@ -410,9 +413,10 @@ func (r *ClaimReconciler) writtenAddress(ctx context.Context, key types.Namespac
 	return &a, nil
 }
 
-// claimOf returns the claim that owns the IPAddress, read from the API
-// server (the cache may not show a claim created a moment ago), or nil if
-// it is gone or replaced by another of the same name.
+// claimOf returns the claim of the IPAddress's name, read from the API
+// server (the cache may not show a claim created a moment ago): the one
+// that owns it, or another of ours made under its name (the request's, so
+// the cache catching up requeues it); nil if none.
 func (r *ClaimReconciler) claimOf(ctx context.Context, a *capiipam.IPAddress) (*capiipam.IPAddressClaim, error) {
 	owner := metav1.GetControllerOf(a)
 	name := a.Spec.ClaimRef.Name
@@ -423,10 +427,10 @@ func (r *ClaimReconciler) claimOf(ctx context.Context, a *capiipam.IPAddress) (*
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: name}, &c); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	if owner == nil || c.UID != owner.UID {
-		return nil, nil
+	if (owner != nil && c.UID == owner.UID) || (c.Name == a.Name && ours(c.Spec.PoolRef)) {
+		return &c, nil
 	}
-	return &c, nil
+	return nil, nil
 }
 
 // catchUp loads every IPAddress the API server has into the ledger, once,
@@ -699,6 +703,13 @@ func (r *ClaimReconciler) releaseClaim(ctx context.Context, claim *capiipam.IPAd
 	case err != nil:
 		return err
 	case ownedBy(&addr, claim.UID) && addr.DeletionTimestamp == nil:
+		if err := r.release(ctx, &addr); err != nil {
+			return err
+		}
+	case metav1.GetControllerOf(&addr) == nil && addr.DeletionTimestamp == nil && addr.Spec.ClaimRef.Name == claim.Name && addr.Spec.PoolRef == claim.Spec.PoolRef:
+		// Its owner reference dropped (a --cascade=orphan deletion strips
+		// it before the claim goes): still this claim's address, and no
+		// claim would ever release it after this one.
 		if err := r.release(ctx, &addr); err != nil {
 			return err
 		}

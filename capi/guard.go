@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
@@ -45,6 +47,10 @@ type SubnetGuard struct {
 	// with the provider off, not know them). When they are not served,
 	// none can exist.
 	Served bool
+	// ReuseAfter is the cool-down (--address-reuse-after). With the
+	// provider off the guard lets go of released IPAddresses after it, as
+	// the claim controller would: nothing else removes their finalizer.
+	ReuseAfter time.Duration
 }
 
 // recheck is how soon a guard that found IPAddresses the ledger does not
@@ -102,7 +108,9 @@ func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (rec
 		}
 	}
 	const named = 5
-	if u, ok := g.Ledger.AddressUsage(req.Namespace, req.Name, named); ok && u.InUse+u.CoolingDown > 0 {
+	// With the provider off nothing feeds the ledger IPAddresses: only the
+	// API server says which are left.
+	if u, ok := g.Ledger.AddressUsage(req.Namespace, req.Name, named); g.Claims != nil && ok && u.InUse+u.CoolingDown > 0 {
 		if u.InUse > 0 {
 			who := strings.Join(u.Holders, ", ")
 			if u.InUse > int64(len(u.Holders)) {
@@ -142,7 +150,8 @@ func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (rec
 
 // addressesOf names (up to a few of) the IPAddresses of the Subnet that
 // the API server has, terminating ones included. Paged; once per
-// deletion, not per address.
+// deletion, not per address. With the provider off it first lets go of
+// those whose cool-down ended (letGo), so it reads them all.
 func (g *SubnetGuard) addressesOf(ctx context.Context, namespace, subnet string) ([]string, error) {
 	var names []string
 	opts := &client.ListOptions{Namespace: namespace, Limit: 500}
@@ -152,10 +161,23 @@ func (g *SubnetGuard) addressesOf(ctx context.Context, namespace, subnet string)
 			return nil, fmt.Errorf("listing the IPAddresses of Subnet %s/%s: %w", namespace, subnet, err)
 		}
 		for i := range list.Items {
-			if a := &list.Items[i]; ours(a.Spec.PoolRef) && a.Spec.PoolRef.Name == subnet {
-				if names = append(names, a.Name); len(names) == 5 {
-					return names, nil
+			a := &list.Items[i]
+			if !ours(a.Spec.PoolRef) || a.Spec.PoolRef.Name != subnet {
+				continue
+			}
+			if g.Claims == nil {
+				gone, err := g.letGo(ctx, a)
+				if err != nil {
+					return nil, err
 				}
+				if gone {
+					continue
+				}
+			}
+			if len(names) < 5 {
+				names = append(names, a.Name)
+			} else if g.Claims != nil {
+				return names, nil
 			}
 		}
 		if list.Continue == "" {
@@ -163,4 +185,34 @@ func (g *SubnetGuard) addressesOf(ctx context.Context, namespace, subnet string)
 		}
 		opts.Continue = list.Continue
 	}
+}
+
+// letGo does, with the provider off, what the claim controller does for a
+// released IPAddress (terminating, its claim gone or released): its
+// finalizer goes once the cool-down ended. gone: nothing keeps it now.
+func (g *SubnetGuard) letGo(ctx context.Context, a *capiipam.IPAddress) (bool, error) {
+	if a.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(a, FinalizerProtectAddress) ||
+		time.Until(releasedAt(a).Add(g.ReuseAfter)) > 0 {
+		return false, nil
+	}
+	if owner := metav1.GetControllerOf(a); owner != nil {
+		var c capiipam.IPAddressClaim
+		err := g.APIReader.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: owner.Name}, &c)
+		if client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		if err == nil && c.UID == owner.UID && !released(&c) {
+			return false, nil // deleted under its live claim: the machine may use it
+		}
+	}
+	patch := client.MergeFromWithOptions(a.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(a, FinalizerProtectAddress)
+	if err := g.Client.Patch(ctx, a, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	}
+	logf.FromContext(ctx).Info("IPAddress let go after its cool-down (provider off)", "ipaddress", client.ObjectKeyFromObject(a), "address", a.Spec.Address)
+	return len(a.Finalizers) == 0, nil
 }

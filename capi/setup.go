@@ -113,10 +113,15 @@ func Setup(mgr ctrl.Manager, l *ledger.Ledger, opts Options) error {
 // Subnets protected while it was on (their address-protection finalizer)
 // would otherwise stay Terminating for good. The guard lets the finalizer
 // go once the API server has no IPAddress of the Subnet (none can exist if
-// it does not serve them: served is what Served said).
-func SetupOff(mgr ctrl.Manager, l *ledger.Ledger, served bool) error {
+// it does not serve them: served is what Served said), letting go of the
+// IPAddresses released while it was on once their cool-down (reuseAfter)
+// ended.
+func SetupOff(mgr ctrl.Manager, l *ledger.Ledger, served bool, reuseAfter time.Duration) error {
+	if reuseAfter < 0 {
+		return fmt.Errorf("the address cool-down must not be negative, got %s", reuseAfter)
+	}
 	return (&SubnetGuard{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l,
-		Recorder: mgr.GetEventRecorder("subnet-operator"), Served: served,
+		Recorder: mgr.GetEventRecorder("subnet-operator"), Served: served, ReuseAfter: reuseAfter,
 	}).SetupWithManager(mgr)
 }

@@ -26,8 +26,10 @@ var ErrAddressNotSeen = errors.New("the ledger does not show the IPAddress yet")
 // or it is being deleted. The caller says which object to delete.
 var ErrMustGo = errors.New("the IPAddress cannot be the claim's")
 
-// AdoptAddress decides whether the claim namespace/name (UID claimUID) may
-// take the existing IPAddress of its name (UID addrUID) in Subnet subnet.
+// AdoptAddress decides whether the claim namespace/name may take the
+// existing IPAddress of its name (UID addrUID) in Subnet subnet (the
+// claim's UID, the fourth argument, is not needed: the IPAddress is judged).
+// ErrAddressNotSeen unless the ledger holds that very IPAddress.
 // It may if the Subnet is Ready and not being deleted, the address lies in
 // the range the Subnet holds and is none of its network, broadcast or
 // gateway addresses, the IPAddress is not being deleted, and no other
@@ -35,7 +37,7 @@ var ErrMustGo = errors.New("the IPAddress cannot be the claim's")
 // why (with ErrMustGo if only the IPAddress's going ends it), and the
 // claim waits: it is woken when the Subnet changes or an
 // address of it is freed.
-func (l *Ledger) AdoptAddress(namespace, name string, addrUID, claimUID types.UID, subnet string) (AddressDecision, error) {
+func (l *Ledger) AdoptAddress(namespace, name string, addrUID, _ types.UID, subnet string) (AddressDecision, error) {
 	sid := idOf(namespace, SubnetKey(subnet))
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -44,13 +46,10 @@ func (l *Ledger) AdoptAddress(namespace, name string, addrUID, claimUID types.UI
 	if sa == nil {
 		return AddressDecision{}, ErrAddressNotSeen
 	}
+	// Only the IPAddress itself is judged: a grant of the claim (assumed)
+	// or another object of the name holds another address, not its own.
 	h := sa.byName[name]
-	switch {
-	case h == nil:
-		return AddressDecision{}, ErrAddressNotSeen
-	case h.object && h.rec.UID != addrUID:
-		return AddressDecision{}, ErrAddressNotSeen // another object of the name; the informer is behind
-	case !h.object && h.rec.ClaimUID != claimUID:
+	if h == nil || !h.object || h.rec.UID != addrUID {
 		return AddressDecision{}, ErrAddressNotSeen
 	}
 	d, err := b.adoptAddress(sa, sid, h)

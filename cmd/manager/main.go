@@ -296,14 +296,14 @@ func setupClusterAPI(mgr ctrl.Manager, l *ledger.Ledger, f flags, common reconci
 	}
 	if f.clusterAPI == "off" {
 		log.Info("Cluster API IPAM provider off (--cluster-api-ipam=off)")
-		return capi.SetupOff(mgr, l, served) // Subnets it protected while on can still go
+		return capi.SetupOff(mgr, l, served, f.addressReuseAfter) // Subnets it protected while on can still go
 	}
 	if !served {
 		if f.clusterAPI == "on" {
 			return errors.New("--cluster-api-ipam=on, but the API server does not serve ipam.cluster.x-k8s.io/v1beta2 IPAddressClaims and IPAddresses: install Cluster API's CRDs first")
 		}
 		log.Info("Cluster API IPAM provider not started: the API server does not serve ipam.cluster.x-k8s.io/v1beta2 (restart the manager after installing Cluster API)")
-		return capi.SetupOff(mgr, l, false)
+		return capi.SetupOff(mgr, l, false, f.addressReuseAfter)
 	}
 	log.Info("Cluster API IPAM provider on", "clusters", clusters, "addressReuseAfter", f.addressReuseAfter)
 	return capi.Setup(mgr, l, capi.Options{ReuseAfter: f.addressReuseAfter, Workers: f.claimWorkers, Timeout: common.Timeout, Clusters: clusters})
