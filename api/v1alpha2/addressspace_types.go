@@ -33,8 +33,6 @@ type AddressSpaceSpec struct {
 // the platform creates them, and a tenant cannot open a space of its own
 // to overlap another's range.
 //
-// Not in the ipam category: `kubectl get ipam -n NS` would list every space.
-//
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=as
 // +kubebuilder:storageversion

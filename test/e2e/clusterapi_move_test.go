@@ -313,6 +313,12 @@ func create(t *testing.T, ns string, objs ...client.Object) {
 		o.SetNamespace(ns)
 		o.SetResourceVersion("")
 		o.SetUID("")
+		if p, ok := o.(*ipamv1.SubnetPool); ok {
+			// The target is another cluster's plan in this test's one
+			// cluster: the pool goes in the target namespace's address
+			// space (its label), not the source's.
+			p.Spec.AddressSpace = ""
+		}
 		if err := k8s.Create(context.Background(), o); err != nil {
 			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
 		}
