@@ -68,6 +68,15 @@ func (r *ClaimReconciler) adopt(ctx context.Context, addr *capiipam.IPAddress, c
 	if paused, missing, err := r.clusterState(ctx, claim.Namespace, clusterName(claim), claim.Annotations); err != nil || paused || missing {
 		return err // left alone, as the claim is
 	}
+	// The claim is ours from here, adopted or refused: its release
+	// finalizer first, as on every other path (the contract's).
+	if !controllerutil.ContainsFinalizer(claim, FinalizerReleaseAddress) {
+		patch := client.MergeFromWithOptions(claim.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(claim, FinalizerReleaseAddress)
+		if err := r.Client.Patch(ctx, claim, patch); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
 	if reason, msg := foreign(addr, claim); reason != "" {
 		return r.refuse(ctx, claim, ledger.AddressDecision{Reason: reason, Message: msg})
 	}

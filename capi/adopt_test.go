@@ -2,6 +2,7 @@ package capi
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -234,6 +235,11 @@ func TestAdoptRefusesAddressesTheSubnetNeverHandsOut(t *testing.T) {
 				}
 				if c.Status.AddressRef.Name != "" {
 					t.Errorf("claim bound to %q", c.Status.AddressRef.Name)
+				}
+				// Refused, the claim is still ours: it carries our release
+				// finalizer, as every claim we answer does.
+				if !slices.Contains(c.Finalizers, FinalizerReleaseAddress) {
+					t.Errorf("a refused claim without %s: %v", FinalizerReleaseAddress, c.Finalizers)
 				}
 				// What to delete: an IPAddress the claim owns may be in use.
 				fix := map[bool]string{false: "delete the IPAddress", true: "delete the claim"}[moved]
