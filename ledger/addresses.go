@@ -466,8 +466,8 @@ func (l *Ledger) applyAddress(rec AddressRecord, typ EventType, listed bool) {
 	var wake []string
 	granted := time.Time{}
 	if prev != nil {
-		if !prev.object {
-			granted = prev.granted
+		if prev.rec.Address == rec.Address && (!prev.object || prev.rec.UID == rec.UID) {
+			granted = prev.granted // this replica's grant, as written: it stays ours
 		}
 		if prev.rec.Address != rec.Address {
 			wake = sa.wakeAll() // the old address is free

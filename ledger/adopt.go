@@ -84,7 +84,10 @@ func (b *book) adoptAddress(sa *subnetAddresses, sid claimID, h *heldAddress) (A
 		return refuse("IPAddress %s holds %s, the %s address of Subnet %s (%s), which it never hands out",
 			h.rec.Name, a, what, subnetName, plan.CIDR), ErrMustGo
 	}
-	if other := sa.otherHolder(h.rec.Name, a); other != "" {
+	// A duplicate written later does not take an address from the
+	// IPAddress this replica granted and wrote (a reconcile whose cache
+	// lags its own bind comes here for it): the duplicate is refused.
+	if other := sa.otherHolder(h.rec.Name, a); other != "" && h.granted.IsZero() {
 		return refuse("IPAddress %s holds %s, which IPAddress %s holds too; delete the one not in use", h.rec.Name, a, other), nil
 	}
 	sa.count(plan.CIDR)

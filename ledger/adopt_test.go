@@ -62,3 +62,30 @@ func TestAdoptAddressFollowsTheSubnetsRules(t *testing.T) {
 		t.Errorf("a held address was handed out again: %+v", g)
 	}
 }
+
+// The lifecycle checker's finding (A6, seed 10136792456178508663): a claim
+// bound to the address the arbiter granted it lost it when an IPAddress
+// written by hand with the same address came, and a reconcile whose cache
+// lagged the bind re-judged its own IPAddress. The grant stands; the
+// duplicate is refused.
+func TestAGrantWrittenStandsAgainstALaterDuplicate(t *testing.T) {
+	l, _ := newLedger()
+	l.ApplyPool(rootPool("pool", "10.0.0.0/8", 24), Created, nil)
+	l.ApplySubnet(ready(explicit("m", "pool", "10.1.0.0/29", 1), "10.1.0.0/29"), Created, nil)
+	d := l.DecideAddress(ns, "a", claimUID("a"), "m")
+	if !d.Assumed {
+		t.Fatalf("grant: %+v", d)
+	}
+	written := AddressRecord{Namespace: ns, Name: "a", UID: "ip-a", ResourceVersion: "10", Subnet: "m", Address: d.Address, ClaimUID: claimUID("a")}
+	l.ApplyAddress(written, Created)
+	dup := AddressRecord{Namespace: ns, Name: "b", UID: "ip-b", ResourceVersion: "11", Subnet: "m", Address: d.Address}
+	l.ApplyAddress(dup, Created)
+	written.ResourceVersion = "12" // its finalizer, a label: another version
+	l.ApplyAddress(written, Updated)
+	if got, err := l.AdoptAddress(ns, "a", "ip-a", claimUID("a"), "m"); err != nil || got.Reason != "" {
+		t.Errorf("the written grant re-judged: %+v %v", got, err)
+	}
+	if got, _ := l.AdoptAddress(ns, "b", "ip-b", claimUID("b"), "m"); got.Reason != AddressAllocationFailed {
+		t.Errorf("the later duplicate: %+v, want refused", got)
+	}
+}
