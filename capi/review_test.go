@@ -147,7 +147,6 @@ func TestProviderOffSubnetStuckBehindACooledDownAddress(t *testing.T) {
 	w.syncSubnet()
 	off := &SubnetGuard{Client: w.cached, APIReader: w.api, Ledger: w.ledger, Recorder: w.guard.Recorder, Served: true}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: stageNS, Name: "m"}}
-	time.Sleep(10 * time.Millisecond) // the cool-down is long over
 	for range 3 {
 		if _, err := off.Reconcile(ctx, req); err != nil {
 			t.Fatal(err)
