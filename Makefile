@@ -115,7 +115,7 @@ SOAK_OPS ?= 20000
 SOAK_SEED ?=
 
 .PHONY: soak
-soak: tools ## Run the randomized lifecycle checker for SOAK_OPS operations (~30 min at 20000); SOAK_SEED=N replays one.
+soak: tools ## Run the randomized lifecycle checker for SOAK_OPS operations (~50 min at 20000 on 2 cores); SOAK_SEED=N replays one.
 	KUBEBUILDER_ASSETS=$(ASSETS) go test -race -count=1 -timeout 120m -tags integration ./test/lifecycle -run TestLifecycle -v \
 		-lifecycle.ops=$(SOAK_OPS) $(if $(SOAK_SEED),-lifecycle.seed=$(SOAK_SEED)) | tee $(LOCALBIN)/soak.log
 
