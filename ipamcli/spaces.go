@@ -3,6 +3,7 @@ package ipamcli
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,7 +62,7 @@ func Spaces(ctx context.Context, c client.Reader) ([]SpaceRoot, error) {
 		switch {
 		case !s.Exists:
 			rules = "<no AddressSpace>"
-		case s.Name == ipamv1.DefaultAddressSpace && !hasSpace(spaces.Items, s.Name):
+		case s.Name == ipamv1.DefaultAddressSpace && !slices.ContainsFunc(spaces.Items, func(a ipamv1.AddressSpace) bool { return a.Name == s.Name }):
 			rules = "<the manager's --root-pool-namespace-selector>"
 		case rules == "":
 			rules = "<every namespace>"
@@ -79,15 +80,6 @@ func Spaces(ctx context.Context, c client.Reader) ([]SpaceRoot, error) {
 		}
 	}
 	return out, nil
-}
-
-func hasSpace(spaces []ipamv1.AddressSpace, name string) bool {
-	for _, s := range spaces {
-		if s.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 func (p printer) spaces(rows []SpaceRoot) error {

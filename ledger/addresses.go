@@ -691,27 +691,3 @@ func (l *Ledger) ForgetAssumedName(namespace, name string) {
 		l.publishAddress(Deleted, rec, wake[i])
 	}
 }
-
-// SoleHolder reports whether the IPAddress name is the only holder of its
-// address in its Subnet (false if the ledger does not know it).
-func (l *Ledger) SoleHolder(namespace, subnet, name string) bool {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	sa := l.b.addresses[idOf(namespace, SubnetKey(subnet))]
-	if sa == nil {
-		return false
-	}
-	h := sa.byName[name]
-	if h == nil || sa.byAddr[h.rec.Address] != name {
-		return false
-	}
-	if sa.shared == 0 {
-		return true
-	}
-	for other, o := range sa.byName {
-		if other != name && o.rec.Address == h.rec.Address {
-			return false
-		}
-	}
-	return true
-}

@@ -379,9 +379,6 @@ func TestForgetAssumedName(t *testing.T) {
 	if w := decideAddress(l, "next", "m"); w.Address != d.Address {
 		t.Fatalf("next after the withdrawal: %+v", w)
 	}
-	if !l.SoleHolder(ns, "m", "next") || l.SoleHolder(ns, "m", "gone") {
-		t.Fatal("SoleHolder")
-	}
 }
 
 // addressesOf lists the addresses held in a Subnet.

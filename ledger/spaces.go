@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -313,13 +314,7 @@ func (l *Ledger) Spaces() []SpaceReport {
 		}
 	}
 	var out []SpaceReport
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for n := range names {
-			if !yield(n) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(names)) {
 		rules, exists := l.b.spaceConsent(name)
 		r := SpaceReport{Name: name, Exists: exists, Rules: rules.selectorString()}
 		for _, v6 := range []bool{false, true} {
