@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
 
@@ -79,6 +81,10 @@ address spaces with their root pools.`,
 			return nil, "", err
 		}
 		if err := ipamv1.AddToScheme(scheme); err != nil {
+			return nil, "", err
+		}
+		// who-has names the Cluster API IPAddresses handed out from Subnets.
+		if err := capiipam.AddToScheme(scheme); err != nil {
 			return nil, "", err
 		}
 		c, err := client.New(cfg, client.Options{Scheme: scheme})
@@ -172,7 +178,8 @@ range would be allocated, and says why.`,
 		Short: "Show which pools and Subnets hold (or ask for) an address or range",
 		Long: `Show the SubnetPools and Subnets whose range contains or lies inside the
 given address or CIDR, outermost first: the pools that serve it down to the
-Subnet that holds it. Every namespace unless --namespace is given.`,
+Subnet that holds it, and the Cluster API IPAddress on the address with its
+claim. Every namespace unless --namespace is given.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			query, err := ParseQuery(args[0])

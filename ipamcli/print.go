@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"math/big"
 	"strings"
 	"text/tabwriter"
 
@@ -78,6 +80,9 @@ func (p printer) tree(roots []PoolNode) error {
 	var walk func(n PoolNode, prefix, branch string)
 	walk = func(n PoolNode, prefix, branch string) {
 		name := n.Namespace + "/" + n.Name
+		if n.ParentNamespace != "" {
+			name += " (parent in " + n.ParentNamespace + ")"
+		}
 		if n.MissingParent != "" {
 			name += " (parent " + n.MissingParent + " not found)"
 		}
@@ -88,7 +93,7 @@ func (p printer) tree(roots []PoolNode) error {
 		if n.Ready != "True" && n.Reason != "" {
 			ready += " (" + n.Reason + ")"
 		}
-		used, free, largest := "", orDash(n.Free), orDash(n.LargestFreeBlock)
+		used, free, largest := "", orDash(readableCount(n.Free)), orDash(n.LargestFreeBlock)
 		if n.Utilization != "" {
 			used = n.Utilization
 		}
@@ -120,20 +125,20 @@ func (p printer) free(r FreeResult) error {
 	}
 	w := p.table()
 	if r.Length == nil {
-		_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s free addresses in %d blocks\n\n", r.Namespace, r.Pool, r.CIDR, r.Total, len(r.Blocks))
+		_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s free addresses in %s\n\n", r.Namespace, r.Pool, r.CIDR, readableCount(r.Total), plural(len(r.Blocks), "block"))
 		_, _ = fmt.Fprintln(w, "FREE BLOCK\tADDRESSES")
 		for _, b := range r.Blocks {
-			_, _ = fmt.Fprintf(w, "%s\t%s\n", b.CIDR, b.Addresses)
+			_, _ = fmt.Fprintf(w, "%s\t%s\n", b.CIDR, readableCount(b.Addresses))
 		}
 		return w.Flush()
 	}
-	_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s /%d ranges can be allocated, from %d blocks\n\n", r.Namespace, r.Pool, r.CIDR, r.Total, *r.Length, len(r.Blocks))
+	_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s /%d ranges can be allocated, from %s\n\n", r.Namespace, r.Pool, r.CIDR, readableCount(r.Total), *r.Length, plural(len(r.Blocks), "block"))
 	if len(r.Blocks) == 0 {
 		return w.Flush()
 	}
 	_, _ = fmt.Fprintf(w, "FREE BLOCK\tADDRESSES\t/%d RANGES\n", *r.Length)
 	for _, b := range r.Blocks {
-		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\n", b.CIDR, b.Addresses, b.Fits)
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\n", b.CIDR, readableCount(b.Addresses), readableCount(b.Fits))
 	}
 	return w.Flush()
 }
@@ -165,9 +170,37 @@ func (p printer) whoHas(query string, holders []Holder) error {
 		if h.Holds {
 			holds = "yes"
 		}
+		if h.Claim != "" {
+			h.State += " to claim " + h.Claim
+		}
 		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Kind, h.Namespace, h.Name, h.CIDR, orDash(h.Pool), h.State, holds)
 	}
 	return w.Flush()
+}
+
+// plural spells a count of things: "1 block", "3 blocks".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// readableCount spells an address or range count for a person: as it is up
+// to 2^40, else as a power of two ("2^80", or "≈2^80" when not exact), the
+// way IPv6 sizes are spoken. Structured output keeps the exact decimal.
+func readableCount(s string) string {
+	n, ok := new(big.Int).SetString(s, 10)
+	if !ok || n.Sign() <= 0 || n.BitLen() <= 41 {
+		return s
+	}
+	exp := n.BitLen() - 1
+	if new(big.Int).Lsh(big.NewInt(1), uint(exp)).Cmp(n) == 0 {
+		return fmt.Sprintf("2^%d", exp)
+	}
+	// Nearest power: above when n is past 2^exp·√2.
+	f, _ := new(big.Float).SetInt(n).Float64()
+	return fmt.Sprintf("≈2^%.0f", math.Log2(f))
 }
 
 func orDash(s string) string {

@@ -8,7 +8,10 @@ import (
 	"net/netip"
 	"slices"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	capiipam "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -18,21 +21,24 @@ import (
 
 // PoolNode is one pool of the tree, with the figures its status shows.
 type PoolNode struct {
-	Namespace          string     `json:"namespace"`
-	Name               string     `json:"name"`
-	CIDR               string     `json:"cidr"`
-	Ready              string     `json:"ready"`
-	Reason             string     `json:"reason,omitempty"`
-	Capacity           string     `json:"capacity,omitempty"`
-	Allocated          string     `json:"allocated,omitempty"`
-	Free               string     `json:"free,omitempty"`
-	Utilization        string     `json:"utilization,omitempty"`
-	UtilizationPercent int32      `json:"utilizationPercent"`
-	LargestFreeBlock   string     `json:"largestFreeBlock,omitempty"`
-	Subnets            int32      `json:"subnets"`
-	MissingParent      string     `json:"missingParent,omitempty"`
-	InCycle            bool       `json:"inCycle,omitempty"`
-	Children           []PoolNode `json:"children,omitempty"`
+	Namespace          string `json:"namespace"`
+	Name               string `json:"name"`
+	CIDR               string `json:"cidr"`
+	Ready              string `json:"ready"`
+	Reason             string `json:"reason,omitempty"`
+	Capacity           string `json:"capacity,omitempty"`
+	Allocated          string `json:"allocated,omitempty"`
+	Free               string `json:"free,omitempty"`
+	Utilization        string `json:"utilization,omitempty"`
+	UtilizationPercent int32  `json:"utilizationPercent"`
+	LargestFreeBlock   string `json:"largestFreeBlock,omitempty"`
+	Subnets            int32  `json:"subnets"`
+	MissingParent      string `json:"missingParent,omitempty"`
+	// ParentNamespace is set when the parent is in a namespace the listing
+	// left out (tree -n): it exists there, or cannot be read from here.
+	ParentNamespace string     `json:"parentNamespace,omitempty"`
+	InCycle         bool       `json:"inCycle,omitempty"`
+	Children        []PoolNode `json:"children,omitempty"`
 }
 
 // Tree returns the pools of the namespace ("" for every namespace) as
@@ -73,7 +79,11 @@ func Tree(ctx context.Context, c client.Reader, namespace string) ([]PoolNode, e
 		visited[key{p.Namespace, p.Name}] = true
 		n := poolNode(p)
 		if ref := p.Spec.ParentRef; ref != nil && !exists[key{ref.In(p.Namespace), ref.Name}] {
-			n.MissingParent = shortRef(p.Namespace, *ref)
+			if namespace != "" && ref.In(p.Namespace) != namespace && parentOutsideExists(ctx, c, ref.In(p.Namespace), ref.Name) {
+				n.ParentNamespace = ref.In(p.Namespace)
+			} else {
+				n.MissingParent = shortRef(p.Namespace, *ref)
+			}
 		}
 		kids := children[key{p.Namespace, p.Name}]
 		slices.SortFunc(kids, byName)
@@ -106,6 +116,15 @@ func Tree(ctx context.Context, c client.Reader, namespace string) ([]PoolNode, e
 		}
 	}
 	return out, nil
+}
+
+// parentOutsideExists reports whether a parent outside the listed namespace
+// may exist: it does, or the caller may not read it (a tenant is often not
+// allowed to read the platform's namespace, and the parent is then not
+// "missing" for all it knows).
+func parentOutsideExists(ctx context.Context, c client.Reader, namespace, name string) bool {
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &ipamv1.SubnetPool{})
+	return !apierrors.IsNotFound(err)
 }
 
 func poolNode(p *ipamv1.SubnetPool) PoolNode {
@@ -208,11 +227,14 @@ func Next(ctx context.Context, c client.Reader, namespace, pool string, length i
 		return NextResult{}, err
 	}
 	var asked *int32
-	if length >= 0 {
+	switch {
+	case length >= 0:
 		n := int32(length)
 		asked = &n
-	} else if target.Spec.DefaultPrefixLength != nil {
+	case target.Spec.DefaultPrefixLength != nil:
 		length = int(*target.Spec.DefaultPrefixLength)
+	default:
+		return NextResult{}, fmt.Errorf("SubnetPool %s/%s has no spec.defaultPrefixLength: pass --length", namespace, pool)
 	}
 	s := hypotheticalSubnet(namespace, pool, asked)
 	l.ApplySubnet(s, ledger.Created, nil)
@@ -240,12 +262,16 @@ type Holder struct {
 	// Holds says whether the object holds CIDR (a Ready Subnet, a serving
 	// pool) or only asks for it.
 	Holds bool `json:"holds"`
+	// Claim is the IPAddressClaim a Cluster API IPAddress was handed to.
+	Claim string `json:"claim,omitempty"`
 }
 
-// WhoHas returns the pools and Subnets whose range contains or lies inside
-// query (an address or a CIDR), outermost first within each namespace: the
-// pools that serve it, down to the Subnet that holds it. Subnets that ask
-// for an overlapping range without holding it are listed too, marked so.
+// WhoHas returns the pools, Subnets and Cluster API IPAddresses whose range
+// contains or lies inside query (an address or a CIDR), outermost first
+// whatever their namespaces: the pools that serve it, down to the Subnet
+// that holds it and the IPAddress handed out from it, with its claim.
+// Subnets that ask for an overlapping range without holding it are listed
+// too, marked so.
 func WhoHas(ctx context.Context, c client.Reader, namespace string, query netip.Prefix) ([]Holder, error) {
 	var opts []client.ListOption
 	if namespace != "" {
@@ -292,11 +318,51 @@ func WhoHas(ctx context.Context, c client.Reader, namespace string, query netip.
 			out = append(out, h)
 		}
 	}
+	addresses, err := machineAddresses(ctx, c, query, opts...)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, addresses...)
+	// Outermost first; at one length a pool before the Subnet it serves and
+	// a Subnet before an IPAddress of the same /32.
+	kindOrder := map[string]int{"SubnetPool": 0, "Subnet": 1, "IPAddress": 2}
 	slices.SortFunc(out, func(a, b Holder) int {
 		pa, pb := netip.MustParsePrefix(a.CIDR), netip.MustParsePrefix(b.CIDR)
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(pa.Bits(), pb.Bits()),
-			cmp.Compare(a.Kind, b.Kind)*-1, pa.Addr().Compare(pb.Addr()), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(pa.Bits(), pb.Bits()), cmp.Compare(kindOrder[a.Kind], kindOrder[b.Kind]),
+			pa.Addr().Compare(pb.Addr()), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
+	return out, nil
+}
+
+// machineAddresses returns the Cluster API IPAddresses handed out from our
+// Subnets inside query. Without the Cluster API CRDs, or the right to list
+// IPAddresses, there are none to show: who-has still answers for the rest.
+func machineAddresses(ctx context.Context, c client.Reader, query netip.Prefix, opts ...client.ListOption) ([]Holder, error) {
+	var list capiipam.IPAddressList
+	if err := c.List(ctx, &list, opts...); err != nil {
+		if meta.IsNoMatchError(err) || runtime.IsNotRegisteredError(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []Holder
+	for i := range list.Items {
+		a := &list.Items[i]
+		ref := a.Spec.PoolRef
+		if ref.APIGroup != ipamv1.GroupVersion.Group || ref.Kind != "Subnet" {
+			continue
+		}
+		addr, err := netip.ParseAddr(a.Spec.Address)
+		if err != nil || !query.Contains(addr) && !netip.PrefixFrom(addr, addr.BitLen()).Overlaps(query) {
+			continue
+		}
+		h := Holder{Kind: "IPAddress", Namespace: a.Namespace, Name: a.Name, CIDR: netip.PrefixFrom(addr, addr.BitLen()).String(),
+			Pool: ref.Name, State: "Bound", Holds: true, Claim: a.Spec.ClaimRef.Name}
+		if a.DeletionTimestamp != nil {
+			h.State = "Releasing"
+		}
+		out = append(out, h)
+	}
 	return out, nil
 }
 
