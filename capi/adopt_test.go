@@ -461,3 +461,49 @@ func TestRestoredClaimWaitsForItsAddress(t *testing.T) {
 		t.Fatalf("a new claim is not served: %+v", c.Status)
 	}
 }
+
+// Any IPAddress of a Subnet keeps the Subnet, adopted or not: one written
+// by hand that the claim refuses (outside the range, say) still names the
+// Subnet, and the guard waits for it on deletion, so the Subnet carries
+// the protection that makes the guard run. Found by the lifecycle soak
+// (L6): a refused IPAddress left at quiescence on an unprotected Subnet.
+// An update that drops the finalizer (a replace from a manifest) while an
+// IPAddress exists gets it back.
+func TestEveryIPAddressProtectsItsSubnet(t *testing.T) {
+	claim := claimObject("m-0", "m")
+	w := newWorld(t, subnetObject("m", "10.0.0.0/24", "", ""), claim, restoredAddress("m-0", "m", "10.0.1.7", 24, "10.0.0.1", nil))
+	w.settle("m-0")
+	if cond := ready(w.claim("m-0")); cond == nil || cond.Status != metav1.ConditionFalse {
+		t.Fatalf("the claim took an address outside its Subnet: %+v", cond)
+	}
+	guard := &SubnetGuard{Client: w.c, APIReader: w.c, Ledger: w.l, Recorder: w.events, Claims: w.r, Served: true}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "m"}}
+	protected := func() bool {
+		t.Helper()
+		if _, err := guard.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		w.feed()
+		var s ipamv1.Subnet
+		if err := w.c.Get(context.Background(), req.NamespacedName, &s); err != nil {
+			t.Fatal(err)
+		}
+		return controllerutil.ContainsFinalizer(&s, ipamv1.FinalizerAddressProtection)
+	}
+	if !protected() {
+		t.Fatalf("Subnet m has IPAddress m-0 (refused, written by hand) but not the %s finalizer", ipamv1.FinalizerAddressProtection)
+	}
+
+	var s ipamv1.Subnet
+	if err := w.c.Get(context.Background(), req.NamespacedName, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Finalizers = nil
+	if err := w.c.Update(context.Background(), &s); err != nil {
+		t.Fatal(err)
+	}
+	w.feed()
+	if !protected() {
+		t.Fatalf("the finalizer dropped by an update is not restored while IPAddress m-0 exists")
+	}
+}

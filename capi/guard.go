@@ -27,8 +27,12 @@ import (
 )
 
 // SubnetGuard keeps a Subnet that is being deleted while IPAddresses of it
-// exist: its address-protection finalizer (added with the first address)
-// goes only when none is left. Addresses cooling down hold it too, for at
+// exist: its address-protection finalizer goes only when none is left. The
+// claim controller adds the finalizer with the first address it hands out
+// or adopts; the guard adds it for any other IPAddress of the Subnet (one
+// written by hand that no claim took) and puts it back when an update
+// drops it (a replace from a manifest), so that every IPAddress holds its
+// Subnet, not only the ones the provider handed out. Addresses cooling down hold it too, for at
 // most the cool-down: a terminating IPAddress may still be in use (deleted
 // by hand under its live claim), and the Subnet's range must not go to
 // another Subnet while an address in it cools down.
@@ -71,8 +75,9 @@ func (g *SubnetGuard) SetupWithManager(mgr ctrl.Manager) error {
 			unsubscribe := g.Ledger.Subscribe(func(e ledger.Event) {
 				switch e.Kind {
 				case statuscalc.KindSubnet:
-					// Only a protected Subnet being deleted has anything to do.
-					if s, ok := e.Object.(*ipamv1.Subnet); ok && s.DeletionTimestamp != nil && controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection) {
+					// A protected Subnet being deleted, or an unprotected
+					// one that has IPAddresses; nothing to do for the rest.
+					if s, ok := e.Object.(*ipamv1.Subnet); ok && g.mayHaveWork(s) {
 						q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.Namespace, Name: e.Name}})
 					}
 				case ledger.KindAddress:
@@ -96,10 +101,43 @@ func (g *SubnetGuard) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(g)
 }
 
+// mayHaveWork says whether a Subnet event concerns the guard: a protected
+// Subnet being deleted, or a live unprotected one with IPAddresses. It runs
+// on the ledger's event goroutine, after the ledger's lock is released.
+func (g *SubnetGuard) mayHaveWork(s *ipamv1.Subnet) bool {
+	protected := controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection)
+	if s.DeletionTimestamp != nil {
+		return protected
+	}
+	return !protected && g.hasAddresses(s.Namespace, s.Name)
+}
+
+// hasAddresses: the ledger shows an IPAddress of the Subnet, in use or
+// cooling down. With the provider off it shows none.
+func (g *SubnetGuard) hasAddresses(namespace, name string) bool {
+	u, ok := g.Ledger.AddressUsage(namespace, name, 0)
+	return g.Claims != nil && ok && u.InUse+u.CoolingDown > 0
+}
+
 // Reconcile implements reconcile.Reconciler.
 func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	s, ok := g.Ledger.Subnet(req.Namespace, req.Name)
-	if !ok || s.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection) {
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	protected := controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection)
+	if s.DeletionTimestamp == nil {
+		if protected || !g.hasAddresses(req.Namespace, req.Name) {
+			return reconcile.Result{}, nil
+		}
+		// protect reads the live Subnet: it may be newer than the ledger.
+		_, err := g.Claims.protect(ctx, req.Namespace, req.Name, s.UID)
+		if errors.Is(err, errReplaced) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return reconcile.Result{}, nil // gone, replaced or being deleted: its own event follows
+		}
+		return reconcile.Result{}, err
+	}
+	if !protected {
 		return reconcile.Result{}, nil
 	}
 	if g.Claims != nil {
