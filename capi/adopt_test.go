@@ -507,3 +507,16 @@ func TestEveryIPAddressProtectsItsSubnet(t *testing.T) {
 		t.Fatalf("the finalizer dropped by an update is not restored while IPAddress m-0 exists")
 	}
 }
+
+// A guard that starts (a new leader) looks at every Subnet with IPAddresses:
+// the last leader may have stopped between an IPAddress and the Subnet's
+// protection (the soak's hand-overs found one), and the informer's events
+// for them came before the guard subscribed.
+func TestGuardAtStartLooksAtSubnetsWithAddresses(t *testing.T) {
+	claim := claimObject("m-0", "m")
+	w := newWorld(t, subnetObject("m", "10.0.0.0/24", "", ""), claim, restoredAddress("m-0", "m", "10.0.1.7", 24, "10.0.0.1", nil))
+	guard := &SubnetGuard{Client: w.c, APIReader: w.c, Ledger: w.l, Recorder: w.events, Claims: w.r, Served: true}
+	if got := guard.atStart(); !slices.Contains(got, types.NamespacedName{Namespace: testNS, Name: "m"}) {
+		t.Errorf("the guard starts with %v: not Subnet m, which has an IPAddress", got)
+	}
+}

@@ -64,7 +64,7 @@ const recheck = 10 * time.Second
 
 // SetupWithManager registers the guard: its requests are Subnets, from the
 // ledger's Subnet and IPAddress events, and at start every protected
-// Subnet being deleted.
+// Subnet being deleted and every Subnet with IPAddresses.
 func (g *SubnetGuard) SetupWithManager(mgr ctrl.Manager) error {
 	if g.Client == nil || g.APIReader == nil || g.Ledger == nil || g.Recorder == nil {
 		return errors.New("SubnetGuard needs a client, an API reader, a ledger and an event recorder")
@@ -92,13 +92,21 @@ func (g *SubnetGuard) SetupWithManager(mgr ctrl.Manager) error {
 				if g.Ledger.WaitForSync(ctx) != nil {
 					return
 				}
-				for _, s := range g.Ledger.ProtectedSubnets() {
+				for _, s := range g.atStart() {
 					q.Add(reconcile.Request{NamespacedName: s})
 				}
 			}()
 			return nil
 		})).
 		Complete(g)
+}
+
+// atStart lists the Subnets to look at when the guard starts: events
+// published before its source started are not replayed. The protected
+// Subnets being deleted, and every Subnet with IPAddresses, which may lack
+// its protection: the last leader may have stopped before it added it.
+func (g *SubnetGuard) atStart() []types.NamespacedName {
+	return append(g.Ledger.ProtectedSubnets(), g.Ledger.AddressSubnets()...)
 }
 
 // mayHaveWork says whether a Subnet event concerns the guard: a protected
