@@ -264,6 +264,23 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		return result, r.bindExisting(ctx, claim, addr)
 	}
 
+	if addr == nil && claim.Status.AddressRef.Name != "" {
+		// Bound before, but the cache does not show its IPAddress: the
+		// informer may lag (a new leader's), and the ledger then does not
+		// show the address either. Re-deciding would take the address from
+		// a machine that uses it (the Subnet may be going, or another
+		// claim may get it): the API server says whether it is there.
+		live, err := r.writtenAddress(ctx, client.ObjectKeyFromObject(claim))
+		if err != nil {
+			return result, err
+		}
+		if live != nil && ownedBy(live, claim.UID) && live.DeletionTimestamp == nil {
+			if rec, ok := record(live); ok {
+				r.Ledger.ApplyAddress(rec, ledger.Updated)
+			}
+			return result, r.bindExisting(ctx, claim, live)
+		}
+	}
 	subnet := claim.Spec.PoolRef.Name
 	d := r.Ledger.DecideAddress(claim.Namespace, claim.Name, claim.UID, subnet)
 	if d.Reason != "" {
@@ -514,11 +531,17 @@ func (r *ClaimReconciler) refuse(ctx context.Context, claim *capiipam.IPAddressC
 	if equalStatus(before, claim) {
 		return nil
 	}
+	// Optimistic: a claim read from a lagging cache may have been bound
+	// since; a plain merge patch would set Ready=False beside the
+	// addressRef it does not know of. The conflict requeues it.
+	if err := r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(err)
+	}
 	if was == nil || was.Reason != d.Reason {
 		refusals.WithLabelValues(d.Reason).Inc()
 		r.Recorder.Eventf(claim, nil, corev1.EventTypeWarning, d.Reason, "Allocate", "%s", d.Message)
 	}
-	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, claim, client.MergeFrom(before)))
+	return nil
 }
 
 // bind records in the claim's status that it holds the IPAddress name.

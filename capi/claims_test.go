@@ -455,3 +455,85 @@ func TestGuardKeepsTheSubnetWhileTheAPIServerHasItsAddresses(t *testing.T) {
 		}
 	}
 }
+
+// A new leader whose IPAddress informer lags (the soak's A6): a bound
+// claim's IPAddress is in neither its cache nor its ledger, and the Subnet
+// is being deleted (its finalizer holds it for the address). The claim must
+// stay bound: its machine uses the address. The reconciler reads the API
+// server before it re-decides a claim whose status names an IPAddress.
+func TestBoundClaimStaysBoundWhileANewLeadersInformerLags(t *testing.T) {
+	ctx := context.Background()
+	w := newStage(t, "10.1.0.0/29", time.Hour)
+	w.lagging.Store(true)
+	w.bindClaim("c1")
+	w.syncSubnet()
+	s := w.get(&ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: stageNS, Name: "m"}}).(*ipamv1.Subnet)
+	if !controllerutil.ContainsFinalizer(s, ipamv1.FinalizerAddressProtection) {
+		t.Fatalf("bound claim c1 did not protect the Subnet: %v", s.Finalizers)
+	}
+	if err := w.api.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+
+	// The new leader: a ledger fed from informers that do not show the
+	// IPAddress yet.
+	w.ledger = ledger.New()
+	w.ledger.MarkSynced()
+	w.ledger.ApplyPool(w.get(&ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: stageNS, Name: "dc"}}).(*ipamv1.SubnetPool), ledger.Created, nil)
+	w.syncSubnet()
+	w.claims = &ClaimReconciler{Client: w.cached, APIReader: w.api, Ledger: w.ledger, Recorder: events.NewFakeRecorder(100),
+		Options: Options{ReuseAfter: time.Hour, Workers: 1}}
+	w.claims.caughtUp = true
+
+	w.reconcile("c1")
+	c, _ := w.claim("c1")
+	if cond := meta.FindStatusCondition(c.Status.Conditions, capiipam.IPAddressClaimReadyCondition); cond == nil || cond.Status != metav1.ConditionTrue || c.Status.AddressRef.Name != "c1" {
+		t.Errorf("bound claim c1 lost its address under a lagging informer: %+v", c.Status)
+	}
+}
+
+// A refusal written from a stale cached claim (one that does not show the
+// binding the API server has) must not land: Ready=False beside an
+// addressRef is a claim that lost its address without being told. The
+// write is optimistic and its conflict requeues.
+func TestRefusalFromAStaleClaimDoesNotLand(t *testing.T) {
+	ctx := context.Background()
+	w := newStage(t, "10.1.0.0/29", time.Hour)
+	w.lagging.Store(true)
+	w.createClaim("c1")
+	for range 3 {
+		w.reconcile("c1")
+	}
+	bound, _ := w.claim("c1")
+	if bound.Status.AddressRef.Name != "c1" {
+		t.Fatalf("claim c1 not bound: %+v", bound.Status)
+	}
+	// As the cache showed it before the binding: its finalizer, no status.
+	stale := bound.DeepCopy()
+	stale.Status = capiipam.IPAddressClaimStatus{}
+	stale.ResourceVersion = "1"
+	s := w.get(&ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: stageNS, Name: "m"}})
+	if err := w.api.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	w.syncSubnet()
+	// The cache shows the claim as it was before its binding.
+	w.claims.Client = interceptor.NewClient(w.api.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			switch o := obj.(type) {
+			case *capiipam.IPAddressClaim:
+				stale.DeepCopyInto(o)
+				return nil
+			case *capiipam.IPAddress:
+				return apierrors.NewNotFound(capiipam.GroupVersion.WithResource("ipaddresses").GroupResource(), key.Name)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	w.ledger.ForgetAddress(stageNS, "c1", stale.UID, "m", netip.Addr{}) // the new leader's ledger does not show it either
+	_, _ = w.claims.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: stageNS, Name: "c1"}})
+	c, _ := w.claim("c1")
+	if cond := meta.FindStatusCondition(c.Status.Conditions, capiipam.IPAddressClaimReadyCondition); cond == nil || cond.Status != metav1.ConditionTrue || c.Status.AddressRef.Name != "c1" {
+		t.Errorf("a refusal from a stale claim landed: %+v", c.Status)
+	}
+}
