@@ -555,7 +555,10 @@ func (r *ClaimReconciler) bind(ctx context.Context, claim *capiipam.IPAddressCla
 	if equalStatus(before, claim) {
 		return nil
 	}
-	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, claim, client.MergeFrom(before)))
+	// Optimistic, as refuse: the claim may have changed since the cache
+	// showed it (deleted, its IPAddress orphaned), and Ready must not land
+	// on a claim that no longer holds the address.
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, claim, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
 }
 
 // setReady sets the Ready condition, and its v1beta1 form in

@@ -537,3 +537,23 @@ func TestRefusalFromAStaleClaimDoesNotLand(t *testing.T) {
 		t.Errorf("a refusal from a stale claim landed: %+v", c.Status)
 	}
 }
+
+// bind is optimistic too: Ready written from a claim the cache showed
+// before it was deleted (its IPAddress orphaned meanwhile, the soak's A6)
+// does not land.
+func TestBindFromAStaleClaimDoesNotLand(t *testing.T) {
+	ctx := context.Background()
+	w := newStage(t, "10.1.0.0/29", time.Hour)
+	stale := w.createClaim("c1", FinalizerReleaseAddress)
+	stale = w.get(stale).(*capiipam.IPAddressClaim).DeepCopy()
+	live := stale.DeepCopy()
+	if err := w.api.Delete(ctx, live); err != nil { // kept by its finalizer
+		t.Fatal(err)
+	}
+	if err := w.claims.bind(ctx, stale, "c1"); err == nil || !apierrors.IsConflict(err) {
+		t.Errorf("bind from a stale claim: %v, want a conflict", err)
+	}
+	if c, _ := w.claim("c1"); c.Status.AddressRef.Name != "" || meta.IsStatusConditionTrue(c.Status.Conditions, capiipam.IPAddressClaimReadyCondition) {
+		t.Errorf("Ready landed on a deleted claim: %+v", c.Status)
+	}
+}
