@@ -27,9 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	ipamv1alpha1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -46,6 +44,8 @@ type flags struct {
 	webhookHost                                     string
 	webhookPort                                     int
 	webhookCertDir, webhookCertName, webhookKeyName string
+	webhookClientCAFile                             string
+	conversionPort                                  int
 	leaderElect                                     bool
 	leaderElectionID, leaderElectionNS              string
 	leaseDuration, renewDeadline, retryPeriod       time.Duration
@@ -76,6 +76,8 @@ func parseFlags() (flags, zap.Options) {
 	flag.StringVar(&f.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the webhook's serving certificate; rotated files are picked up without restart.")
 	flag.StringVar(&f.webhookCertName, "webhook-cert-name", "tls.crt", "Certificate file name in --webhook-cert-dir.")
 	flag.StringVar(&f.webhookKeyName, "webhook-key-name", "tls.key", "Key file name in --webhook-cert-dir.")
+	flag.StringVar(&f.webhookClientCAFile, "webhook-client-ca-file", "", "CA bundle (PEM) of the API server's webhook client certificate: the webhook port then refuses, in the TLS handshake, any caller without a certificate it signed (re-read when it changes). The API server presents the certificate through its admission configuration (docs/security.md). Empty: any caller that reaches the port is answered.")
+	flag.IntVar(&f.conversionPort, "webhook-conversion-port", 9444, "With --webhook-client-ca-file: a second port that serves only the CRD conversion webhook (/convert), without client certificates, since the API server presents none to conversion webhooks. 0: none.")
 	flag.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve HTTP/2 on the webhook and metrics servers (off: HTTP/2 rapid reset and stream cancellation CVEs).")
 	flag.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader among replicas; only the leader runs the controllers. Turn on with more than one replica.")
 	flag.StringVar(&f.leaderElectionID, "leader-election-id", "subnet-operator.ipam.subnet-operator.io", "Name of the leader election Lease.")
@@ -143,17 +145,18 @@ func run(ctx context.Context, f flags) error {
 		KeyName:       f.metricsKeyName,
 	}
 	if f.secureMetrics {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metricsOpts.FilterProvider = metricsAuthFilter(metricsAuthLogInterval)
+	}
+
+	webhookServer, clientCAs, err := newWebhookServer(f, tlsOpts)
+	if err != nil {
+		return err
 	}
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsOpts,
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: f.webhookHost, Port: f.webhookPort,
-			CertDir: f.webhookCertDir, CertName: f.webhookCertName, KeyName: f.webhookKeyName,
-			TLSOpts: tlsOpts,
-		}),
+		Scheme:                        scheme,
+		Metrics:                       metricsOpts,
+		WebhookServer:                 webhookServer,
 		HealthProbeBindAddress:        f.probeAddr,
 		PprofBindAddress:              f.pprofAddr,
 		LeaderElection:                f.leaderElect,
@@ -181,6 +184,12 @@ func run(ctx context.Context, f flags) error {
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	if clientCAs != nil {
+		if err := mgr.Add(clientCAs); err != nil {
+			return err
+		}
 	}
 
 	if err := reconcilers.RegisterIndexes(ctx, mgr.GetFieldIndexer()); err != nil {

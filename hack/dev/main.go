@@ -56,8 +56,11 @@ func run(dir, manager string) error {
 	// The manager's flags as the shipped Deployment sets them
 	// (config/manager/manager.yaml): root pools in the default address
 	// space only from labelled namespaces.
+	// The webhook requires the API server's client certificate, as
+	// config/webhook-client-auth sets it up in a cluster.
 	env, err := environment.Start(ctx, environment.Options{Dir: dir, Manager: manager, ControllerManager: true, ClusterAPI: true,
-		ManagerArgs: []string{"--root-pool-namespace-selector=" + ipamv1.LabelRootPools + "=true"}})
+		WebhookClientAuth: true,
+		ManagerArgs:       []string{"--root-pool-namespace-selector=" + ipamv1.LabelRootPools + "=true"}})
 	if err != nil {
 		return fmt.Errorf("%w (logs in %s)", err, filepath.Join(dir, "logs"))
 	}

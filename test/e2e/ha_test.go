@@ -49,7 +49,13 @@ func review(t *testing.T, m *environment.Manager, roots *x509.CertPool, s *ipamv
 			Object:   runtime.RawExtension{Raw: raw},
 		},
 	})
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}}}
+	// As the API server calls it: with its client certificate.
+	clientCert, err := env.WebhookClientCertificate()
+	if err != nil {
+		return false, err
+	}
+	tlsConfig := &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", Certificates: clientCert, MinVersion: tls.VersionTLS12}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
 	url := fmt.Sprintf("https://127.0.0.1:%d/validate-ipam-subnet-operator-io-v1alpha2-subnet", m.WebhookPort)
 	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {

@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 	opts := environment.Options{
 		RepoRoot: root, Image: imageID,
 		Replicas: 2, ControllerManager: true, ClusterAPI: true,
+		// config/webhook-client-auth: the API server presents its client
+		// certificate, the webhook refuses callers without one.
+		WebhookClientAuth: true,
 		ManagerArgs: []string{
 			"--address-reuse-after=" + addressReuseAfter.String(),
 			"--leader-elect-lease-duration=" + leaseDuration.String(),

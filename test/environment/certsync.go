@@ -13,13 +13,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// certSecrets maps the Secrets cert-manager writes to the directories the
-// manager reads its certificates from.
-var certSecrets = map[string]string{
-	"webhook-server-cert": "webhook",
-	"metrics-server-cert": "metrics",
-}
-
 // startCertSync writes each certificate Secret's keys to files and rewrites
 // them whenever cert-manager renews the Secret, as the kubelet does for a
 // mounted Secret: the manager must pick the new files up by itself. It
@@ -33,6 +26,7 @@ func (env *Environment) startCertSync() error {
 	env.stopSync = cancel
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(Namespace))
 	secrets := factory.Core().V1().Secrets().Informer()
+	certSecrets := env.certSecrets()
 	write := func(obj any) {
 		s, ok := obj.(*corev1.Secret)
 		if !ok {

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,13 @@ type Options struct {
 	// and the replicas start: the manager decides at start, by discovery,
 	// whether to serve IPAddressClaims.
 	ClusterAPI bool
+	// WebhookClientAuth has the webhook require the API server's client
+	// certificate, as config/webhook-client-auth sets it up: cert-manager
+	// issues it, the API server presents it (an admission configuration
+	// written before it starts, see clientauth.go), the manager checks it
+	// (--webhook-client-ca-file) and serves the CRD conversion webhook on a
+	// port of its own.
+	WebhookClientAuth bool
 	// APIServerArgs are extra kube-apiserver flags.
 	APIServerArgs []string
 	// BeforeInstall, when set, runs on the bare control plane before the
@@ -79,13 +87,16 @@ type Environment struct {
 	Managers []*Manager
 	// WebhookURL is where the API server sends admission requests.
 	WebhookURL string
+	// ConversionURL is where it sends CRD conversion requests: WebhookURL,
+	// or with Options.WebhookClientAuth a port of its own.
+	ConversionURL string
 
 	opts    Options
 	certDir string
 	// pod is config/default's manager Pod, when replicas run from Image.
 	pod       *Pod
 	imageUser string
-	proxy     *proxy
+	proxies   []*proxy
 	stopSync  context.CancelFunc
 	syncDone  sync.WaitGroup
 }
@@ -95,8 +106,10 @@ type Manager struct {
 	Name        string
 	Process     *controlplane.Process
 	WebhookPort int
-	MetricsPort int
-	ProbePort   int
+	// ConversionPort serves only /convert, with Options.WebhookClientAuth.
+	ConversionPort int
+	MetricsPort    int
+	ProbePort      int
 	// args are the binary's, or podman's for a replica in container.
 	args []string
 	// kubeconfig is the one the binary connects with.
@@ -120,14 +133,33 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 			return nil, err
 		}
 	}
+	// The webhook's and the conversion webhook's ports, before the API
+	// server starts: its admission configuration names the webhook's.
+	ports, err := controlplane.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(dir, "certs")
+	apiServerArgs := opts.APIServerArgs
+	if opts.WebhookClientAuth {
+		flag, err := writeAdmissionConfig(filepath.Join(dir, "admission"), certDir, fmt.Sprintf("127.0.0.1:%d", ports[0]))
+		if err != nil {
+			return nil, err
+		}
+		apiServerArgs = append(slices.Clone(apiServerArgs), flag)
+	}
 	cp, err := controlplane.Start(ctx, controlplane.Options{
 		Dir: opts.Dir, ControllerManager: opts.ControllerManager, CertManager: true, ClusterAPI: opts.ClusterAPI,
-		APIServerArgs: opts.APIServerArgs,
+		APIServerArgs: apiServerArgs,
 	})
 	if err != nil {
 		return nil, err
 	}
-	env := &Environment{ControlPlane: cp, RepoRoot: opts.RepoRoot, opts: opts, certDir: filepath.Join(cp.Dir, "certs")}
+	env := &Environment{ControlPlane: cp, RepoRoot: opts.RepoRoot, opts: opts, certDir: certDir}
 	defer func() {
 		if err != nil {
 			env.Stop()
@@ -143,17 +175,17 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 		}
 	}
 
-	ports, err := controlplane.FreePorts(1)
-	if err != nil {
-		return nil, err
-	}
 	env.WebhookURL = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	env.ConversionURL = env.WebhookURL
+	if opts.WebhookClientAuth {
+		env.ConversionURL = fmt.Sprintf("https://127.0.0.1:%d", ports[1])
+	}
 	if opts.BeforeInstall != nil {
 		if err := opts.BeforeInstall(ctx, cp); err != nil {
 			return nil, fmt.Errorf("before install: %w", err)
 		}
 	}
-	if err := env.install(ctx, ports[0]); err != nil {
+	if err := env.install(ctx); err != nil {
 		return nil, err
 	}
 	if err := env.startCertSync(); err != nil {
@@ -165,7 +197,7 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 		}
 	}
 
-	var backends []string
+	var backends, conversionBackends []string
 	for i := range opts.Replicas {
 		name := fmt.Sprintf("manager-%d", i)
 		kubeconfig := cp.Kubeconfig
@@ -174,16 +206,25 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 				return nil, fmt.Errorf("kubeconfig of %s: %w", name, err)
 			}
 		}
-		m, err := env.newManager(name, opts.Replicas == 1, ports[0], kubeconfig)
+		m, err := env.newManager(name, opts.Replicas == 1, ports, kubeconfig)
 		if err != nil {
 			return nil, err
 		}
 		env.Managers = append(env.Managers, m)
 		backends = append(backends, fmt.Sprintf("127.0.0.1:%d", m.WebhookPort))
+		conversionBackends = append(conversionBackends, fmt.Sprintf("127.0.0.1:%d", m.ConversionPort))
 	}
 	if opts.Replicas > 1 {
-		if env.proxy, err = startProxy(fmt.Sprintf("127.0.0.1:%d", ports[0]), backends); err != nil {
+		p, err := startProxy(fmt.Sprintf("127.0.0.1:%d", ports[0]), backends)
+		if err != nil {
 			return nil, err
+		}
+		env.proxies = append(env.proxies, p)
+		if opts.WebhookClientAuth {
+			if p, err = startProxy(fmt.Sprintf("127.0.0.1:%d", ports[1]), conversionBackends); err != nil {
+				return nil, err
+			}
+			env.proxies = append(env.proxies, p)
 		}
 	}
 	for _, m := range env.Managers {
@@ -200,13 +241,21 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 	return env, nil
 }
 
-// install applies config/dev with the webhook URL's port.
-func (env *Environment) install(ctx context.Context, webhookPort int) error {
-	manifests, err := env.Kubectl(ctx, nil, "kustomize", filepath.Join(env.RepoRoot, "config", "dev"))
+// install applies config/dev with the webhook URLs' ports (and with
+// WebhookClientAuth, the cert-manager objects of config/webhook-client-auth).
+func (env *Environment) install(ctx context.Context) error {
+	var manifests string
+	var err error
+	if env.opts.WebhookClientAuth {
+		manifests, err = env.renderWithComponent(ctx, filepath.Join(env.Dir, "install"), filepath.Join("config", "dev"), filepath.Join(clientAuthComponent, "issuance"))
+	} else {
+		manifests, err = env.Kubectl(ctx, nil, "kustomize", filepath.Join(env.RepoRoot, "config", "dev"))
+	}
 	if err != nil {
 		return err
 	}
-	manifests = strings.ReplaceAll(manifests, "https://127.0.0.1:9443/", fmt.Sprintf("https://127.0.0.1:%d/", webhookPort))
+	manifests = strings.ReplaceAll(manifests, "https://127.0.0.1:9443/convert", env.ConversionURL+"/convert")
+	manifests = strings.ReplaceAll(manifests, "https://127.0.0.1:9443/", env.WebhookURL+"/")
 	if _, err := env.Kubectl(ctx, []byte(manifests), "apply", "--server-side", "-f", "-"); err != nil {
 		return fmt.Errorf("applying config/dev: %w", err)
 	}
@@ -214,9 +263,12 @@ func (env *Environment) install(ctx context.Context, webhookPort int) error {
 		"crd/subnetpools.ipam.subnet-operator.io", "crd/subnets.ipam.subnet-operator.io"); err != nil {
 		return err
 	}
-	if _, err := env.Kubectl(ctx, nil, "wait", "-n", Namespace, "--for=condition=Ready", "--timeout=120s",
-		"certificate/subnet-operator-serving-cert", "certificate/subnet-operator-metrics-certs"); err != nil {
-		return fmt.Errorf("cert-manager did not issue the webhook certificate: %w", err)
+	certificates := []string{"certificate/subnet-operator-serving-cert", "certificate/subnet-operator-metrics-certs"}
+	if env.opts.WebhookClientAuth {
+		certificates = append(certificates, "certificate/subnet-operator-apiserver-webhook-client")
+	}
+	if _, err := env.Kubectl(ctx, nil, append([]string{"wait", "-n", Namespace, "--for=condition=Ready", "--timeout=120s"}, certificates...)...); err != nil {
+		return fmt.Errorf("cert-manager did not issue the webhook certificates: %w", err)
 	}
 	return nil
 }
@@ -227,7 +279,13 @@ func (env *Environment) readPod(ctx context.Context) error {
 	if err := RemoveOrphanContainers(ctx); err != nil {
 		return err
 	}
-	rendered, err := env.Kubectl(ctx, nil, "kustomize", filepath.Join(env.RepoRoot, "config", "default"))
+	var rendered string
+	var err error
+	if env.opts.WebhookClientAuth {
+		rendered, err = env.renderWithComponent(ctx, filepath.Join(env.Dir, "deployment"), filepath.Join("config", "default"), clientAuthComponent)
+	} else {
+		rendered, err = env.Kubectl(ctx, nil, "kustomize", filepath.Join(env.RepoRoot, "config", "default"))
+	}
 	if err != nil {
 		return err
 	}
@@ -243,15 +301,16 @@ func (env *Environment) serviceAccountDir() string {
 }
 
 // newManager picks ports for a replica and builds its command line; a
-// binary replica connects with kubeconfig.
-func (env *Environment) newManager(name string, only bool, webhookPort int, kubeconfig string) (*Manager, error) {
-	ports, err := controlplane.FreePorts(3)
+// binary replica connects with kubeconfig. urlPorts are the webhook URL's
+// and the conversion URL's.
+func (env *Environment) newManager(name string, only bool, urlPorts []int, kubeconfig string) (*Manager, error) {
+	ports, err := controlplane.FreePorts(4)
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{Name: name, WebhookPort: ports[0], MetricsPort: ports[1], ProbePort: ports[2], kubeconfig: kubeconfig}
+	m := &Manager{Name: name, WebhookPort: ports[0], MetricsPort: ports[1], ProbePort: ports[2], ConversionPort: ports[3], kubeconfig: kubeconfig}
 	if only {
-		m.WebhookPort = webhookPort // no proxy: the URL points at it
+		m.WebhookPort, m.ConversionPort = urlPorts[0], urlPorts[1] // no proxy: the URLs point at it
 	}
 	// The replicas share this machine's network: each listens on
 	// 127.0.0.1, on ports of its own.
@@ -259,6 +318,9 @@ func (env *Environment) newManager(name string, only bool, webhookPort int, kube
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", m.WebhookPort),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", m.MetricsPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", m.ProbePort),
+	}
+	if env.opts.WebhookClientAuth {
+		listeners = append(listeners, fmt.Sprintf("--webhook-conversion-port=%d", m.ConversionPort))
 	}
 	if env.pod != nil {
 		// The Deployment's flags, then the listeners and the test's own.
@@ -268,7 +330,7 @@ func (env *Environment) newManager(name string, only bool, webhookPort int, kube
 			return nil, err
 		}
 		secretDirs := map[string]string{}
-		for secret, kind := range certSecrets {
+		for secret, kind := range env.certSecrets() {
 			secretDirs[secret] = env.CertDir(kind)
 		}
 		m.args, err = env.pod.PodmanRun(m.Container, env.opts.Image, env.imageUser, host, port, env.serviceAccountDir(),
@@ -282,6 +344,9 @@ func (env *Environment) newManager(name string, only bool, webhookPort int, kube
 		"--leader-election-namespace=" + Namespace,
 		"--zap-log-level=info",
 	}, listeners...)
+	if env.opts.WebhookClientAuth {
+		m.args = append(m.args, "--webhook-client-ca-file="+filepath.Join(env.CertDir(clientCertKind), "ca.crt"))
+	}
 	if !only {
 		m.args = append(m.args, "--leader-elect")
 	}
@@ -462,8 +527,8 @@ func (env *Environment) Stop() {
 		env.stopSync()
 		env.syncDone.Wait()
 	}
-	if env.proxy != nil {
-		env.proxy.close()
+	for _, p := range env.proxies {
+		p.close()
 	}
 	env.ControlPlane.Stop()
 }

@@ -164,7 +164,7 @@ func TestChartFilesAreConfigRendered(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("sync-chart: %v\n%s", err, out)
 	}
-	for _, f := range []string{"default.yaml", "monitoring.yaml"} {
+	for _, f := range []string{"default.yaml", "monitoring.yaml", "webhook-client-auth.yaml", "network-policy.yaml"} {
 		want, err := os.ReadFile(filepath.Join(tmp, "files", f))
 		if err != nil {
 			t.Fatal(err)
@@ -186,14 +186,19 @@ func TestChartFilesAreConfigRendered(t *testing.T) {
 // the user owns it).
 func TestChartRendersTheKustomizeInstall(t *testing.T) {
 	for _, tc := range []struct {
-		config string
-		set    []string
+		config     string
+		components []string
+		set        []string
 	}{
-		{"default", nil},
-		{"monitoring", []string{"monitoring.serviceMonitor.enabled=true", "monitoring.rules.enabled=true", "monitoring.dashboard.enabled=true"}},
+		{"default", nil, nil},
+		{"monitoring", nil, []string{"monitoring.serviceMonitor.enabled=true", "monitoring.rules.enabled=true", "monitoring.dashboard.enabled=true"}},
+		{"default", []string{"webhook-client-auth"}, []string{"webhook.clientAuth.enabled=true"}},
+		// The chart's webhookFrom in place of the component's placeholder.
+		{"default", []string{"network-policy"}, []string{"networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.cidr=192.0.2.0/24"}},
+		{"default", []string{"network-policy", "webhook-client-auth"}, []string{"networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.cidr=192.0.2.0/24", "webhook.clientAuth.enabled=true"}},
 	} {
-		t.Run(tc.config, func(t *testing.T) {
-			want := objects(t, kubectl(t, "", "kustomize", filepath.Join(root, "config", tc.config)))
+		t.Run(strings.Join(append([]string{tc.config}, tc.components...), "+"), func(t *testing.T) {
+			want := objects(t, kustomize(t, tc.config, tc.components...))
 			delete(want, "Namespace//"+namespace)
 			got := objects(t, template(t, release, namespace, tc.set...))
 			for id, o := range got {
