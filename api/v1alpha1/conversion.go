@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
@@ -19,7 +20,10 @@ import (
 // to v1alpha1 it keeps its name in spec.poolRef (or spec.parentRef) and the
 // whole reference travels in an annotation, so that a v1alpha1 client's
 // read-modify-write sends it back and the conversion to v1alpha2 restores
-// it: nothing is lost, as in Kubernetes' own lossy conversions.
+// it: nothing is lost, as in Kubernetes' own lossy conversions. The status
+// says which reference it was decided for (status.decidedFor), so that an
+// annotation that moves the reference never takes along a range another
+// pool granted (decidedFor, below).
 const (
 	// AnnotationPoolRef holds a Subnet's v1alpha2 spec.poolRef
 	// ("namespace/name") while it is read through v1alpha1.
@@ -49,6 +53,9 @@ func ConvertSubnetToHub(_ context.Context, src *Subnet, dst *v1alpha2.Subnet) er
 		IPAddresses:        (*v1alpha2.IPAddressUsage)(src.Status.IPAddresses.DeepCopy()),
 		Conditions:         copyConditions(src.Status.Conditions),
 	}
+	if !decidedFor(src.Status.DecidedFor, src.Namespace, src.Spec.PoolRef, ref) {
+		dst.Status = v1alpha2.SubnetStatus{}
+	}
 	return nil
 }
 
@@ -63,6 +70,7 @@ func ConvertSubnetFromHub(_ context.Context, src *v1alpha2.Subnet, dst *Subnet) 
 		Gateway:      src.Spec.Gateway,
 	}
 	dst.Status = SubnetStatus{
+		DecidedFor:         foreignReference(src.Namespace, src.Spec.PoolRef),
 		ObservedGeneration: src.Status.ObservedGeneration,
 		CIDR:               src.Status.CIDR,
 		Addresses:          src.Status.Addresses,
@@ -108,6 +116,9 @@ func ConvertSubnetPoolToHub(_ context.Context, src *SubnetPool, dst *v1alpha2.Su
 		AllocatableBlocks:  s.AllocatableBlocks,
 		Conditions:         copyConditions(s.Conditions),
 	}
+	if parent != nil && !decidedFor(s.DecidedFor, src.Namespace, src.Spec.ParentRef, ref) {
+		dst.Status = v1alpha2.SubnetPoolStatus{}
+	}
 	return nil
 }
 
@@ -130,6 +141,7 @@ func ConvertSubnetPoolFromHub(_ context.Context, src *v1alpha2.SubnetPool, dst *
 	}
 	s := &src.Status
 	dst.Status = SubnetPoolStatus{
+		DecidedFor:         foreignReference(src.Namespace, ref),
 		ObservedGeneration: s.ObservedGeneration,
 		CIDR:               s.CIDR,
 		Capacity:           s.Capacity,
@@ -162,7 +174,9 @@ func referenceToHub(meta metav1.ObjectMeta, name, annotation string) (v1alpha2.P
 	ref := v1alpha2.PoolReference{Name: name, Namespace: meta.Namespace}
 	if carried, ok := meta.Annotations[annotation]; ok {
 		ns, carriedName, found := strings.Cut(carried, "/")
-		if found && ns != "" && carriedName != "" && carriedName == name {
+		// The namespace must be one v1alpha2's schema accepts: a v1alpha1
+		// request is checked in v1alpha1, where the annotation is free text.
+		if found && len(validation.IsDNS1123Label(ns)) == 0 && carriedName != "" && carriedName == name {
 			ref = v1alpha2.PoolReference{Name: carriedName, Namespace: ns}
 		}
 		delete(meta.Annotations, annotation)
@@ -191,6 +205,34 @@ func referenceFromHub(meta metav1.ObjectMeta, ref v1alpha2.PoolReference, annota
 		meta.Annotations = nil
 	}
 	return ref.Name, meta
+}
+
+// decidedFor reports whether a v1alpha1 status, which says it was decided
+// for the pool recorded ("namespace/name"; empty: the pool of that name in
+// the object's own namespace), was decided for ref, the reference the
+// object converts to. A status is the decision of the pool it was decided
+// in: the range it holds was granted there, by that pool's consent and
+// against that pool's claims. An annotation can move a v1alpha1 object's
+// reference into another namespace, and one stored by the earlier release
+// (which knew no annotation) was never checked by anyone; its status must
+// not come along, or the pool it now names would find a range held that it
+// never granted, and keep it (a held range is never taken away) beside
+// another claim's. Without the status, that pool judges the claim as it
+// judges a create.
+func decidedFor(recorded, namespace, name string, ref v1alpha2.PoolReference) bool {
+	if recorded == "" {
+		recorded = namespace + "/" + name
+	}
+	return recorded == ref.In(namespace)+"/"+ref.Name
+}
+
+// foreignReference is ref as "namespace/name" when it points into another
+// namespace than namespace, the object's own; else empty.
+func foreignReference(namespace string, ref v1alpha2.PoolReference) string {
+	if ref.Namespace == "" || ref.Namespace == namespace {
+		return ""
+	}
+	return ref.Namespace + "/" + ref.Name
 }
 
 // allowedToHub takes a pool's spec.allowedNamespaces out of the annotation

@@ -48,6 +48,9 @@ func filler(seed int64) *randfill.Filler {
 		},
 		func(r *v1alpha2.PoolReference, c randfill.Continue) {
 			r.Name, r.Namespace = pick(c), pick(c)
+			if strings.Contains(r.Namespace, ".") { // v1alpha2's schema refuses it
+				r.Namespace = ""
+			}
 			if r.Name == "" {
 				r.Name = "p"
 			}
@@ -60,7 +63,46 @@ func filler(seed int64) *randfill.Filler {
 			c.FillNoCustom(s)
 			s.ParentRef = pick(c)
 		},
+		// The pool a status was decided for: none (the own namespace's),
+		// one that names a pool, or junk.
+		func(s *SubnetStatus, c randfill.Continue) {
+			c.FillNoCustom(s)
+			s.DecidedFor = decidedForOf(c, pick)
+		},
+		func(s *SubnetPoolStatus, c randfill.Continue) {
+			c.FillNoCustom(s)
+			s.DecidedFor = decidedForOf(c, pick)
+		},
 	)
+}
+
+func decidedForOf(c randfill.Continue, pick func(randfill.Continue) string) string {
+	switch c.Intn(3) {
+	case 0:
+		return ""
+	case 1:
+		return pick(c) + "/" + pick(c)
+	}
+	return pick(c)
+}
+
+// decidedByV1alpha1 is what a v1alpha1 status means after a round trip
+// through v1alpha2, given the reference's name and its annotation as
+// carriedByV1alpha1 left them: kept if it was decided for the reference
+// the object converts to (recorded in decidedFor, or the own namespace's
+// pool without one), otherwise dropped; decidedFor then names that
+// reference if it is in another namespace. It returns the new decidedFor
+// and whether the rest of the status stays.
+func decidedByV1alpha1(meta *metav1.ObjectMeta, name, annotation, recorded string) (string, bool) {
+	carried := meta.Annotations[annotation]
+	ref := carried
+	if ref == "" {
+		ref = meta.Namespace + "/" + name
+	}
+	if recorded == "" {
+		recorded = meta.Namespace + "/" + name
+	}
+	return carried, recorded == ref
 }
 
 // sameNamespace is ref as the operator reads it: an empty namespace is the
@@ -89,7 +131,7 @@ func carriedByV1alpha1(meta *metav1.ObjectMeta, name, annotation string) {
 		return
 	}
 	ns, carriedName, found := strings.Cut(carried, "/")
-	if !found || ns == "" || ns == meta.Namespace || name == "" || carriedName != name {
+	if !found || ns == "" || strings.Contains(ns, ".") || ns == meta.Namespace || name == "" || carriedName != name {
 		withoutAnnotation(meta, annotation)
 	}
 }
@@ -150,6 +192,11 @@ func TestSubnetRoundTrips(t *testing.T) {
 		want := spoke.DeepCopy()
 		want.TypeMeta = metav1.TypeMeta{}
 		carriedByV1alpha1(&want.ObjectMeta, want.Spec.PoolRef, AnnotationPoolRef)
+		decided, kept := decidedByV1alpha1(&want.ObjectMeta, want.Spec.PoolRef, AnnotationPoolRef, want.Status.DecidedFor)
+		if !kept {
+			want.Status = SubnetStatus{}
+		}
+		want.Status.DecidedFor = decided
 		if !apiequality.Semantic.DeepEqual(want, &back) {
 			t.Fatalf("v1alpha1 -> v1alpha2 -> v1alpha1 (-want +got):\n%s", cmp.Diff(want, &back))
 		}
@@ -194,6 +241,14 @@ func TestSubnetPoolRoundTrips(t *testing.T) {
 		want.TypeMeta = metav1.TypeMeta{}
 		carriedByV1alpha1(&want.ObjectMeta, want.Spec.ParentRef, AnnotationParentRef)
 		allowedCarriedByV1alpha1(&want.ObjectMeta)
+		decided, kept := decidedByV1alpha1(&want.ObjectMeta, want.Spec.ParentRef, AnnotationParentRef, want.Status.DecidedFor)
+		if want.Spec.ParentRef == "" { // a root pool's status is decided in its address space
+			decided, kept = "", true
+		}
+		if !kept {
+			want.Status = SubnetPoolStatus{}
+		}
+		want.Status.DecidedFor = decided
 		if !apiequality.Semantic.DeepEqual(want, &back) {
 			t.Fatalf("v1alpha1 -> v1alpha2 -> v1alpha1 (-want +got):\n%s", cmp.Diff(want, &back))
 		}
@@ -230,7 +285,7 @@ func TestCrossNamespaceReferenceSurvivesV1alpha1(t *testing.T) {
 	// A malformed annotation, or one that names another pool, is dropped:
 	// the reference is the name, in the object's namespace. (Whether an
 	// update may change the reference is admission's check.)
-	for _, carried := range []string{"corp", "netops/other", "/corp"} {
+	for _, carried := range []string{"corp", "netops/other", "/corp", "Netops/corp", "net.ops/corp", "netops/corp/x"} {
 		spoke.Annotations = map[string]string{AnnotationPoolRef: carried}
 		if err := ConvertSubnetToHub(ctx, &spoke, &back); err != nil {
 			t.Fatal(err)
@@ -247,5 +302,95 @@ func TestCrossNamespaceReferenceSurvivesV1alpha1(t *testing.T) {
 	}
 	if len(spoke.Annotations) != 0 {
 		t.Errorf("v1alpha1 shows %v for a reference in the object's own namespace", spoke.Annotations)
+	}
+}
+
+// A status is the decision of the pool it was decided in. One that an
+// annotation would carry to another pool is dropped, so that the pool the
+// object now names judges the claim as it judges a create; one that a
+// v1alpha1 client sends back for the pool it was decided in stays.
+func TestStatusStaysWithThePoolThatDecidedIt(t *testing.T) {
+	ctx := context.Background()
+	held := SubnetStatus{CIDR: "10.0.1.0/24", Addresses: "256", ObservedGeneration: 1,
+		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Allocated"}}}
+
+	// Stored by the earlier release, which knew no annotation: the status
+	// was decided by tenant/corp, whatever the annotation says now.
+	planted := &Subnet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "web", Annotations: map[string]string{AnnotationPoolRef: "netops/corp"}},
+		Spec:       SubnetSpec{PoolRef: "corp", CIDR: "10.0.1.0/24"},
+		Status:     held,
+	}
+	var hub v1alpha2.Subnet
+	if err := ConvertSubnetToHub(ctx, planted, &hub); err != nil {
+		t.Fatal(err)
+	}
+	if want := (v1alpha2.PoolReference{Namespace: "netops", Name: "corp"}); hub.Spec.PoolRef != want {
+		t.Fatalf("poolRef %+v, want %+v", hub.Spec.PoolRef, want)
+	}
+	if diff := cmp.Diff(v1alpha2.SubnetStatus{}, hub.Status); diff != "" {
+		t.Errorf("the status tenant/corp decided came along to netops/corp (-want +got):\n%s", diff)
+	}
+	// Without the annotation, it stays: the earlier release's objects.
+	planted.Annotations = nil
+	if err := ConvertSubnetToHub(ctx, planted, &hub); err != nil {
+		t.Fatal(err)
+	}
+	if hub.Status.CIDR != held.CIDR {
+		t.Errorf("a v1alpha1 Subnet's own status: status.cidr %q, want %q", hub.Status.CIDR, held.CIDR)
+	}
+
+	// A v1alpha2 claim on netops/corp, read and written back by a v1alpha1
+	// client (the API server keeps the stored status on a spec write, and
+	// converts the object to the storage version with it): it stays.
+	decided := &v1alpha2.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "web"},
+		Spec:       v1alpha2.SubnetSpec{PoolRef: v1alpha2.PoolReference{Namespace: "netops", Name: "corp"}, CIDR: "10.0.1.0/24"},
+		Status:     v1alpha2.SubnetStatus{CIDR: held.CIDR, Addresses: held.Addresses, ObservedGeneration: 1, Conditions: held.Conditions},
+	}
+	var spoke Subnet
+	if err := ConvertSubnetFromHub(ctx, decided, &spoke); err != nil {
+		t.Fatal(err)
+	}
+	if spoke.Status.DecidedFor != "netops/corp" {
+		t.Errorf("v1alpha1 status.decidedFor %q, want netops/corp", spoke.Status.DecidedFor)
+	}
+	var back v1alpha2.Subnet
+	if err := ConvertSubnetToHub(ctx, &spoke, &back); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(decided.Status, back.Status); diff != "" {
+		t.Errorf("a round trip lost the status (-want +got):\n%s", diff)
+	}
+	// The earlier release's controller, still running during an upgrade,
+	// writes a status for the pool of the name in the Subnet's namespace:
+	// not the one it claims from.
+	spoke.Status.DecidedFor = ""
+	if err := ConvertSubnetToHub(ctx, &spoke, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Status.CIDR != "" {
+		t.Errorf("a status decided for tenant/corp kept on a claim on netops/corp: %+v", back.Status)
+	}
+
+	// A child pool's status is its parent's decision, likewise.
+	child := &SubnetPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "team", Annotations: map[string]string{AnnotationParentRef: "netops/corp"}},
+		Spec:       SubnetPoolSpec{CIDR: "10.0.2.0/24", ParentRef: "corp"},
+		Status:     SubnetPoolStatus{CIDR: "10.0.2.0/24", Conditions: held.Conditions},
+	}
+	var hubPool v1alpha2.SubnetPool
+	if err := ConvertSubnetPoolToHub(ctx, child, &hubPool); err != nil {
+		t.Fatal(err)
+	}
+	if hubPool.Spec.ParentRef == nil || hubPool.Spec.ParentRef.Namespace != "netops" || hubPool.Status.CIDR != "" {
+		t.Errorf("child pool: parentRef %+v, status.cidr %q; want netops/corp and no range", hubPool.Spec.ParentRef, hubPool.Status.CIDR)
+	}
+	child.Status.DecidedFor = "netops/corp"
+	if err := ConvertSubnetPoolToHub(ctx, child, &hubPool); err != nil {
+		t.Fatal(err)
+	}
+	if hubPool.Status.CIDR != "10.0.2.0/24" {
+		t.Errorf("a child pool's status decided for netops/corp: status.cidr %q, want 10.0.2.0/24", hubPool.Status.CIDR)
 	}
 }

@@ -9,6 +9,12 @@ import (
 // webhook fills prefixLength from the pool's defaultPrefixLength (and the
 // controller falls back to it when the webhook was bypassed).
 //
+// Every rule here is v1alpha2's, word for word: a request is checked in
+// the version it is written in, and the validating webhook is called for
+// an update only when the reference changes (config/webhook), so a rule
+// missing here would let a v1alpha1 client make a change that a v1alpha2
+// client is refused.
+//
 // The spec is immutable: a Subnet is a claim, and moving a claim means
 // releasing it (delete) and claiming anew (create). One field is written
 // once after creation: the controller records the range it allocated to a
@@ -17,8 +23,11 @@ import (
 // restored from a backup without status.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"
-// +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength)",message="prefixLength cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength) || (!has(oldSelf.prefixLength) && !has(oldSelf.cidr) && has(self.cidr))",message="prefixLength cannot be added or removed after creation, except beside the range recorded in cidr"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || has(self.cidr)",message="cidr cannot be removed: it is the range this Subnet claims (for a prefixLength claim, the range allocated to it)"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || has(self.cidr)",message="needs an explicit cidr: the gateway of a range not allocated yet cannot be known; leave gateway out to use the first usable address",fieldPath=".gateway"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !has(self.cidr) || !isCIDR(self.cidr) || !isIP(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",messageExpression="'is outside spec.cidr ' + self.cidr + ': the gateway must be an address in that range, of its family'",fieldPath=".gateway"
+// +kubebuilder:validation:XValidation:rule="has(self.gateway) == has(oldSelf.gateway)",message="gateway cannot be added or removed after creation"
 type SubnetSpec struct {
 	// PoolRef names the SubnetPool, in the same namespace, the range is
 	// claimed from. Immutable. The pool need not exist yet: the Subnet waits
@@ -55,9 +64,12 @@ type SubnetSpec struct {
 	PrefixLength *int32 `json:"prefixLength,omitempty"`
 
 	// Gateway is the gateway address handed to Cluster API machines (see
-	// v1alpha2). Optional, immutable.
+	// v1alpha2). Optional, immutable; it needs an explicit cidr and must
+	// lie inside it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address such as 10.0.1.1 or 2001:db8::1"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="gateway is immutable"
 	Gateway string `json:"gateway,omitempty"`
 }
 
@@ -71,6 +83,17 @@ type IPAddressUsage struct {
 
 // SubnetStatus is what the controller decided for the claim.
 type SubnetStatus struct {
+	// DecidedFor is the pool ("namespace/name") this status was decided
+	// for, when it is in another namespace than the Subnet: the status of
+	// a v1alpha2 claim into another namespace. Without it, the status was
+	// decided for the pool spec.poolRef names in the Subnet's own
+	// namespace (all the earlier release could decide). Set by the
+	// conversion from v1alpha2; a status converted to v1alpha2 for another
+	// pool than the one it names is dropped, so that the pool the claim
+	// now names judges it as it judges a create.
+	// +optional
+	DecidedFor string `json:"decidedFor,omitempty"`
+
 	// ObservedGeneration is the generation of the spec this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

@@ -87,6 +87,14 @@ type SubnetPoolSpec struct {
 // SubnetPoolStatus is what the controller observed of the pool. Address counts
 // are decimal strings because an IPv6 pool can hold more than 2^64 addresses.
 type SubnetPoolStatus struct {
+	// DecidedFor is the parent pool ("namespace/name") this status was
+	// decided for, when it is in another namespace than the pool. Without
+	// it, a child pool's status was decided for the parent spec.parentRef
+	// names in the pool's own namespace. Set by the conversion from
+	// v1alpha2; as Subnet's status.decidedFor.
+	// +optional
+	DecidedFor string `json:"decidedFor,omitempty"`
+
 	// ObservedGeneration is the generation of the spec these figures describe.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
