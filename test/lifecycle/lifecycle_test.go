@@ -74,6 +74,10 @@ func TestMain(m *testing.M) {
 		// Cluster API's CRDs before the replicas start: they serve
 		// IPAddressClaims of Subnets (on: or fail to start).
 		ClusterAPI: true,
+		// The webhook requires the API server's client certificate, and
+		// conversion has a port of its own: restarts and hand-overs
+		// exercise both (v1alpha1-round-trip converts).
+		WebhookClientAuth: true,
 		ManagerArgs: []string{
 			"--leader-elect-lease-duration=" + leaseDuration.String(),
 			"--leader-elect-renew-deadline=" + renewDeadline.String(),
@@ -101,6 +105,9 @@ func TestMain(m *testing.M) {
 // for the rules.
 func TestLifecycle(t *testing.T) {
 	started := time.Now()
+	if err := serveV1alpha1(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
 	seed := rand.Uint64()
 	if *seedFlag != "" {
 		var err error

@@ -109,7 +109,9 @@ func platformConsent() *ipamv1.AllowedNamespaces {
 //
 // and, at Cluster API's edges (ops_addresses_test.go, which has their
 // table): lag-address-watch 2, delete-address-claim-foreground 2,
-// delete-subnet-foreground 2, write-address-by-hand 3, restore-address 3.
+// delete-subnet-foreground 2, write-address-by-hand 3, restore-address 3;
+// and through the deprecated API version (ops_versions_test.go, which has
+// its table): v1alpha1-round-trip 3.
 //
 // A delete-subnet deletes the Subnet's claims first half the time (else the
 // Subnet waits for them, terminating), a drain-pool mostly; the bursts of
@@ -130,6 +132,7 @@ var opMix = []struct {
 	{opCreateClaim, 6}, {opDeleteClaim, 3}, {opClaimBurst, 3},
 	// Cluster API's edges: ops_addresses_test.go.
 	{opLagAddresses, 2}, {opDeleteClaimFg, 2}, {opDeleteSubnetFg, 2}, {opWriteAddress, 3}, {opRestoreAddress, 3},
+	{opV1alpha1RoundTrip, 3},
 }
 
 // Names come from small pools, so that objects are re-created under a name
@@ -225,7 +228,9 @@ type request struct {
 	// request on an IPAddress (ops_addresses_test.go).
 	foreground bool
 	addr       *addressOp
-	out        *opRecord // the outcome, once sent
+	// v1alpha1: a round trip through the deprecated version (ops_versions_test.go).
+	v1alpha1 *v1alpha1Op
+	out      *opRecord // the outcome, once sent
 }
 
 // newGenerator draws from seed over namespaces; platform (one of them, or
@@ -336,6 +341,8 @@ func (g *generator) make(kind string) *operation {
 		return g.drainPool(ns)
 	case opFlipTenant:
 		return g.flipTenant()
+	case opV1alpha1RoundTrip:
+		return g.v1alpha1RoundTrip(ns)
 	case opClaimBurst:
 		return g.claimBurst(ns)
 	case opRecreateSubnet:
