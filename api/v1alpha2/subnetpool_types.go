@@ -147,11 +147,6 @@ type NamespaceLimits struct {
 	MaxAddresses string `json:"maxAddresses,omitempty"`
 }
 
-// ReasonNamespaceQuotaExceeded: the claim's namespace already holds what
-// the pool's spec.allowedNamespaces.perNamespace allows each namespace; the
-// claim waits until the namespace frees room or the cap is raised.
-const ReasonNamespaceQuotaExceeded = "NamespaceQuotaExceeded"
-
 // SubnetPoolStatus is what the controller observed of the pool. Address counts
 // are decimal strings because an IPv6 pool can hold more than 2^64 addresses.
 type SubnetPoolStatus struct {
