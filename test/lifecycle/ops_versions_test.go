@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	ipamv1alpha1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	"github.com/subnet-operator/subnet-operator/test/environment"
@@ -93,7 +94,10 @@ func (d *driver) sendV1alpha1(ctx context.Context, r *request, rec *opRecord) (h
 	if rec.Kind == kindPool {
 		resource, annotation, refField = "subnetpools", ipamv1alpha1.AnnotationParentRef, []string{"spec", "parentRef"}
 	}
-	dyn, err := dynamic.NewForConfig(d.env.Config)
+	// The deprecation warning of every v1alpha1 request is expected here.
+	cfg := rest.CopyConfig(d.env.Config)
+	cfg.WarningHandler = rest.NoWarnings{}
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return true, err
 	}
