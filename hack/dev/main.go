@@ -121,10 +121,13 @@ Try, in another shell:
   kubectl get ipaddressclaims,ipaddresses.ipam.cluster.x-k8s.io -n machines-demo
   # ^ Cluster API machines' address claims on the Subnet "machines", and their addresses
   #   (plain "ipaddresses" would be Kubernetes' own networking.k8s.io IPAddresses)
+  curl -k https://127.0.0.1:%d/validate-ipam-subnet-operator-io-v1alpha2-subnet
+  # ^ refused in the TLS handshake: the webhook answers only the API server's
+  #   client certificate (docs/security.md)
 
 Ctrl-C stops everything.
 ready
-`, time.Since(start).Round(time.Second), rel(env.Kubeconfig), rel(env.LogDir()), rel(env.Kubeconfig))
+`, time.Since(start).Round(time.Second), rel(env.Kubeconfig), rel(env.LogDir()), rel(env.Kubeconfig), env.Managers[0].WebhookPort)
 
 	select {
 	case <-ctx.Done():

@@ -5,8 +5,10 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +47,9 @@ func startDev(t *testing.T, bin, manager, dir string) *exec.Cmd {
 	go func() {
 		scan := bufio.NewScanner(stdout)
 		for scan.Scan() {
+			if m := devCurl.FindStringSubmatch(scan.Text()); m != nil {
+				devWebhook.Store(m[1])
+			}
 			if scan.Text() == "ready" {
 				close(ready)
 			}
@@ -57,6 +63,13 @@ func startDev(t *testing.T, bin, manager, dir string) *exec.Cmd {
 	}
 	return cmd
 }
+
+// devCurl is the curl make dev prints for its webhook port; devWebhook
+// the address it names, from the last run started.
+var (
+	devCurl    = regexp.MustCompile(`^\s*curl -k https://(127\.0\.0\.1:\d+)/`)
+	devWebhook atomic.Value
+)
 
 // The promise of the README: `make dev` brings up a live system with the
 // samples; kubectl works against it; a Subnet that overlaps a sample is
@@ -93,6 +106,14 @@ func TestMakeDev(t *testing.T) {
 	_, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(clash), "create", "-f", "-")
 	if err == nil || !strings.Contains(stderr, "overlaps Subnet default/web (10.0.1.0/24)") {
 		t.Errorf("the overlapping Subnet was not rejected: %v %s", err, stderr)
+	}
+	// The webhook answers only the API server: the curl make dev prints,
+	// without a client certificate, fails in the TLS handshake, while
+	// kubectl's requests (above) reached it through the API server.
+	if addr, _ := devWebhook.Load().(string); addr == "" {
+		t.Error("make dev printed no curl for its webhook port")
+	} else if err := tlsHandshake(addr); err == nil {
+		t.Errorf("a TLS client without a certificate completed a handshake with make dev's webhook at %s", addr)
 	}
 	// The shared plan: a tenant's Subnet from the platform's pool, and a
 	// namespace that is not a tenant refused.
@@ -258,4 +279,22 @@ func cidrColumn(table string) (map[string]string, error) {
 		out[f[0]+"/"+f[1]] = cell[0]
 	}
 	return out, nil
+}
+
+// tlsHandshake completes a TLS handshake with addr, presenting no client
+// certificate, and reads from the connection: with TLS 1.3 a server that
+// requires a certificate sends its refusal after the client's Finished,
+// so only the first read shows it.
+func tlsHandshake(addr string) error {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // who answers is not the question
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		return err
+	}
+	_, err = conn.Read(make([]byte, 1))
+	return err
 }
