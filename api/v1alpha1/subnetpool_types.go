@@ -86,6 +86,12 @@ type SubnetPoolSpec struct {
 
 // SubnetPoolStatus is what the controller observed of the pool. Address counts
 // are decimal strings because an IPv6 pool can hold more than 2^64 addresses.
+// A status decided for a pool in another namespace (decidedFor) is this
+// release's decision, written through v1alpha2; a v1alpha1 status write
+// that gives such a status a range is the earlier release's controller,
+// still running during a rolling upgrade, deciding in the wrong pool (it
+// knows no references into other namespaces).
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.decidedFor) || !has(self.cidr) || (has(oldSelf.cidr) && self.cidr == oldSelf.cidr)",message="a status decided for a pool in another namespace (decidedFor) gets its range from this release's controller only: stop the earlier release before upgrading"
 type SubnetPoolStatus struct {
 	// DecidedFor is the parent pool ("namespace/name") this status was
 	// decided for, when it is in another namespace than the pool. Without
