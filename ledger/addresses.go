@@ -87,16 +87,80 @@ type subnetAddresses struct {
 	// countedIn (the range they were last counted for).
 	inUse, cooling, shared, inside int
 	countedIn                      netip.Prefix
+
+	// id is the Subnet's claimID, and claims the book-wide index of which
+	// Subnets know each IPAddressClaim (book.addressClaims), which this
+	// book keeps current as names come and go.
+	id     claimID
+	claims addressClaims
+}
+
+// addressClaims names, for each IPAddressClaim (by "<namespace>/<name>"),
+// the Subnets whose book holds an address under its name or has it
+// waiting. A decision, a release or a claim's deletion looks up the claim's
+// Subnets here instead of walking every book of the namespace or the
+// cluster: a tenant's claims that name Subnets which do not exist leave a
+// book each (they wait for the Subnet), and must not slow anyone else's
+// decisions.
+type addressClaims map[string]map[claimID]struct{}
+
+func addressClaimKey(namespace, name string) string { return namespace + "/" + name }
+
+// subnetsOf returns the Subnets that know the claim, in a new slice (the
+// caller may change the books while it walks them).
+func (ac addressClaims) subnetsOf(namespace, name string) []claimID {
+	set := ac[addressClaimKey(namespace, name)]
+	out := make([]claimID, 0, len(set))
+	for id := range set {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// note records (or, once the book holds nothing under the name and it no
+// longer waits, forgets) that the book knows the claim name.
+func (sa *subnetAddresses) note(name string) {
+	if sa.claims == nil {
+		return // a placeholder that is never stored
+	}
+	key := addressClaimKey(sa.id.namespace(), name)
+	_, held := sa.byName[name]
+	_, waits := sa.waiting[name]
+	if held || waits {
+		if sa.claims[key] == nil {
+			sa.claims[key] = map[claimID]struct{}{}
+		}
+		sa.claims[key][sa.id] = struct{}{}
+		return
+	}
+	if delete(sa.claims[key], sa.id); len(sa.claims[key]) == 0 {
+		delete(sa.claims, key)
+	}
+}
+
+// wait records that the claim name waits on this Subnet.
+func (sa *subnetAddresses) wait(name string) {
+	sa.waiting[name] = struct{}{}
+	sa.note(name)
+}
+
+// stopWaiting records that the claim name no longer waits on this Subnet.
+func (sa *subnetAddresses) stopWaiting(name string) {
+	delete(sa.waiting, name)
+	sa.note(name)
 }
 
 // addressBook is every Subnet's addresses, by the Subnet's claimID.
 type addressBook map[claimID]*subnetAddresses
 
-func (ab addressBook) of(id claimID) *subnetAddresses {
-	sa := ab[id]
+// addressesOf returns the Subnet's book, creating it.
+func (b *book) addressesOf(id claimID) *subnetAddresses {
+	sa := b.addresses[id]
 	if sa == nil {
-		sa = &subnetAddresses{byName: map[string]*heldAddress{}, byAddr: map[netip.Addr]string{}, waiting: map[string]struct{}{}}
-		ab[id] = sa
+		sa = &subnetAddresses{byName: map[string]*heldAddress{}, byAddr: map[netip.Addr]string{}, waiting: map[string]struct{}{},
+			id: id, claims: b.addressClaims}
+		b.addresses[id] = sa
 	}
 	return sa
 }
@@ -109,6 +173,7 @@ func (ab addressBook) dropIfEmpty(id claimID) {
 
 func (sa *subnetAddresses) hold(h *heldAddress) {
 	sa.byName[h.rec.Name] = h
+	sa.note(h.rec.Name)
 	if h.rec.Releasing.IsZero() {
 		sa.inUse++
 	} else {
@@ -130,6 +195,7 @@ func (sa *subnetAddresses) drop(name string) {
 		return
 	}
 	delete(sa.byName, name)
+	sa.note(name)
 	if h.rec.Releasing.IsZero() {
 		sa.inUse--
 	} else {
@@ -273,12 +339,12 @@ func (l *Ledger) DecideAddress(namespace, name string, claimUID types.UID, subne
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := &l.b
-	sa := b.addresses.of(sid)
+	sa := b.addressesOf(sid)
 	d := b.decideAddress(sa, sid, name, claimUID)
 	if d.Reason != "" {
-		sa.waiting[name] = struct{}{}
+		sa.wait(name)
 	} else {
-		delete(sa.waiting, name)
+		sa.stopWaiting(name)
 	}
 	return d
 }
@@ -344,15 +410,15 @@ func (b *book) decideAddress(sa *subnetAddresses, sid claimID, name string, clai
 }
 
 // addressElsewhere returns the holder of an address under this name in
-// another Subnet of the same namespace, if any. It walks the Subnets that
-// hold addresses (few: those that serve Cluster API), not the addresses.
+// another Subnet of the same namespace, if any. It looks only at the
+// Subnets that know the name (book.addressClaims): one or two.
 func (b *book) addressElsewhere(sid claimID, name string) (claimID, *heldAddress) {
-	ns := sid.namespace()
-	for other, sa := range b.addresses {
-		if other == sid || other.namespace() != ns {
+	for _, other := range b.addressClaims.subnetsOf(sid.namespace(), name) {
+		visit()
+		if other == sid {
 			continue
 		}
-		if h := sa.byName[name]; h != nil {
+		if h := b.addresses[other].byName[name]; h != nil {
 			return other, h
 		}
 	}
@@ -423,15 +489,13 @@ func (l *Ledger) ForgetAddress(namespace, name string, claimUID types.UID, subne
 }
 
 // StopWaiting forgets a claim that waited for an address (it was deleted,
-// or it is no longer ours). It looks in every Subnet of the namespace that
-// has addresses: few, and only a claim's deletion asks.
+// or it is no longer ours), in the Subnets that know its name.
 func (l *Ledger) StopWaiting(namespace, name string) {
 	l.mu.Lock()
-	for sid, sa := range l.b.addresses {
-		if sid.namespace() == namespace {
-			delete(sa.waiting, name)
-			l.b.addresses.dropIfEmpty(sid)
-		}
+	for _, sid := range l.b.addressClaims.subnetsOf(namespace, name) {
+		visit()
+		l.b.addresses[sid].stopWaiting(name)
+		l.b.addresses.dropIfEmpty(sid)
 	}
 	l.mu.Unlock()
 }
@@ -455,7 +519,7 @@ func (l *Ledger) applyAddress(rec AddressRecord, typ EventType, listed bool) {
 			return
 		}
 	}
-	sa := l.b.addresses.of(sid)
+	sa := l.b.addressesOf(sid)
 	prev := sa.byName[rec.Name]
 	// resourceVersions order all objects of a kind: an older version, of
 	// this object or of one deleted before it was created, changes nothing.
@@ -675,10 +739,9 @@ func (l *Ledger) ForgetAssumedName(namespace, name string) {
 	l.mu.Lock()
 	var forgotten []AddressRecord
 	var wake [][]string
-	for sid, sa := range l.b.addresses {
-		if sid.namespace() != namespace {
-			continue
-		}
+	for _, sid := range l.b.addressClaims.subnetsOf(namespace, name) {
+		visit()
+		sa := l.b.addresses[sid]
 		if h := sa.byName[name]; h != nil && !h.object {
 			forgotten = append(forgotten, h.rec)
 			sa.drop(name)

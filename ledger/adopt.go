@@ -54,9 +54,9 @@ func (l *Ledger) AdoptAddress(namespace, name string, addrUID, _ types.UID, subn
 	}
 	d, err := b.adoptAddress(sa, sid, h)
 	if d.Reason != "" {
-		sa.waiting[name] = struct{}{}
+		sa.wait(name)
 	} else {
-		delete(sa.waiting, name)
+		sa.stopWaiting(name)
 	}
 	return d, err
 }

@@ -284,30 +284,48 @@ func (b *book) wakeAfter(s *slot, ch change) []claimID {
 // fits, and, when the pool is a child pool waiting to change its range
 // until its claims fit, that child pool (its parent sweeps again). Waking
 // only these keeps a release in a pool with many waiters from reconciling
-// them all. O(w) in the pool's waiting claims.
+// them all. Waiters from a namespace the pool does not allow are skipped
+// whole (a release changes nothing for them: they are refused), and
+// dynamic waiters by the length they ask for, so the cost is
+// O(namespaces × lengths) plus the waiting requests of allowed namespaces
+// and the claims woken, not O(every waiter).
 func (b *book) afterRelease(s *slot, released netip.Prefix) []claimID {
 	var wake []claimID
 	if s.space != nil {
 		largest := s.space.Usage().LargestFree
-		for key := range s.waiting {
-			c := s.claims[key]
-			switch {
-			case c.requested.IsValid():
-				// A claim waiting for its namespace's cap (limits.go) may
-				// fit after any release of that namespace's ranges.
-				if released.IsValid() && (c.requested.Overlaps(released) || b.quotaWaiter(s, c)) {
-					wake = append(wake, key)
+		s.eachMembers(func(ns string, m *members) {
+			if ns != s.id.namespace() && !b.allowsNamespace(s, ns) {
+				return
+			}
+			// A claim waiting for its namespace's cap (limits.go) may fit
+			// after any release of that namespace's ranges.
+			_, capped := slotLimits(s, ns)
+			if released.IsValid() {
+				for key := range m.waitingRequests {
+					visit()
+					if c := s.claims[key]; c.requested.Overlaps(released) || (capped && b.quotaWaiter(s, c)) {
+						wake = append(wake, key)
+					}
 				}
-			case largest.IsValid():
-				length := c.prefixLength
+			}
+			if !largest.IsValid() {
+				return
+			}
+			for length, keys := range m.waitingByLength {
 				if length < 0 {
 					length = s.pool.defaultLen
 				}
-				if length >= largest.Bits() || b.quotaWaiter(s, c) {
-					wake = append(wake, key)
+				if length < largest.Bits() && !capped {
+					continue
+				}
+				for key := range keys {
+					if length >= largest.Bits() || b.quotaWaiter(s, s.claims[key]) {
+						visit()
+						wake = append(wake, key)
+					}
 				}
 			}
-		}
+		})
 	}
 	if s.pool != nil && s.pool.claimsFrom() != "" {
 		if c := b.claim(s.self); c != nil && c.requested.IsValid() && c.requested != c.holds() {

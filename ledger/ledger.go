@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/btree"
 	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -366,13 +367,15 @@ type slot struct {
 	// outside holds the claims whose held range breaks the pool's current
 	// rules (see claim.outside).
 	outside map[claimID]struct{}
-	// foreign holds the claims from namespaces other than the pool's, by
-	// namespace: consent applies to those only, and is a property of the
-	// namespace, so a question about consent costs O(namespaces) here, and
-	// O(the pool's claims from that namespace) for a namespace the pool
-	// does not allow, never a walk of the namespace's other claims (a
-	// tenant's junk elsewhere does not slow this pool's decisions).
-	foreign map[string]map[claimID]struct{}
+	// own and foreign hold the claims on the pool by namespace: own its
+	// own namespace's (nil while it has none), foreign every other
+	// namespace's. Consent applies to the foreign ones only and is a
+	// property of the namespace, so a question about consent costs
+	// O(namespaces) plus what it names: a namespace the pool does not allow
+	// is skipped whole or read from its holders, never walked claim by
+	// claim (a tenant's junk does not slow this pool's answers to others).
+	own     *members
+	foreign map[string]*members
 	// holdings tallies, by namespace other than the pool's, the claims
 	// that hold a range and their addresses, kept by indexClaim: the
 	// per-namespace caps are checked in O(1) under the decision lock
@@ -398,6 +401,141 @@ type slot struct {
 	sweep bool
 }
 
+// members are one namespace's claims on one pool, indexed for the
+// questions a tenant's junk must not slow down: who uses the pool (Users),
+// and which refused claims still hold a range (PoolFigures).
+type members struct {
+	// listed holds every claim in listing order: a claimID's order within
+	// one namespace is the order of compareRefs (Subnets before child
+	// pools, since "Subnet/" sorts before "SubnetPool/", then by name).
+	listed *btree.BTreeG[claimID]
+	// holding holds, in the same order, the claims that hold a range:
+	// those a pool that no longer allows their namespace still reports.
+	holding *btree.BTreeG[claimID]
+	// idleSubnets and idleChildren count the claims that hold nothing, by
+	// kind: in a namespace the pool does not allow, they use nothing of it.
+	idleSubnets, idleChildren int
+	// The claims of slot.waiting, filed by what a release must offer them
+	// (afterRelease): the explicit requests, and the dynamic claims by the
+	// prefixLength they ask for (-1: the pool's default), so that a release
+	// skips a refused namespace whole and a length that does not fit in
+	// O(1). lengthOf says where each dynamic waiter is filed.
+	waitingRequests map[claimID]struct{}
+	waitingByLength map[int]map[claimID]struct{}
+	lengthOf        map[claimID]int
+}
+
+// membersDegree is the B-tree degree of members' indexes, as ipspace's.
+const membersDegree = 16
+
+func newMembers() *members {
+	return &members{listed: btree.NewOrderedG[claimID](membersDegree), holding: btree.NewOrderedG[claimID](membersDegree),
+		waitingRequests: map[claimID]struct{}{}, waitingByLength: map[int]map[claimID]struct{}{}, lengthOf: map[claimID]int{}}
+}
+
+// fileWaiting files c among the waiting claims (waits) or takes it out.
+func (m *members) fileWaiting(c *claim, waits bool) {
+	delete(m.waitingRequests, c.id)
+	if length, filed := m.lengthOf[c.id]; filed {
+		delete(m.lengthOf, c.id)
+		if delete(m.waitingByLength[length], c.id); len(m.waitingByLength[length]) == 0 {
+			delete(m.waitingByLength, length)
+		}
+	}
+	switch {
+	case !waits:
+	case c.requested.IsValid():
+		m.waitingRequests[c.id] = struct{}{}
+	default:
+		if m.waitingByLength[c.prefixLength] == nil {
+			m.waitingByLength[c.prefixLength] = map[claimID]struct{}{}
+		}
+		m.waitingByLength[c.prefixLength][c.id] = struct{}{}
+		m.lengthOf[c.id] = c.prefixLength
+	}
+}
+
+func (m *members) countIdle(c *claim, delta int) {
+	if c.key().Kind() == statuscalc.KindSubnet {
+		m.idleSubnets += delta
+	} else {
+		m.idleChildren += delta
+	}
+}
+
+// membersOf returns a namespace's claims on the slot's pool, nil if it
+// has none.
+func (s *slot) membersOf(namespace string) *members {
+	if namespace == s.id.namespace() {
+		return s.own
+	}
+	return s.foreign[namespace]
+}
+
+// eachMembers calls fn for each namespace with claims on the pool.
+func (s *slot) eachMembers(fn func(namespace string, m *members)) {
+	if s.own != nil {
+		fn(s.id.namespace(), s.own)
+	}
+	for ns, m := range s.foreign {
+		fn(ns, m)
+	}
+}
+
+// join records a new claim among its namespace's claims on the pool; it
+// holds nothing until noteHolding says otherwise.
+func (s *slot) join(c *claim) {
+	ns := c.id.namespace()
+	m := s.membersOf(ns)
+	if m == nil {
+		m = newMembers()
+		if ns == s.id.namespace() {
+			s.own = m
+		} else {
+			s.foreign[ns] = m
+		}
+	}
+	m.listed.ReplaceOrInsert(c.id)
+	m.countIdle(c, +1)
+}
+
+// leave forgets a claim among its namespace's claims on the pool.
+func (s *slot) leave(c *claim) {
+	ns := c.id.namespace()
+	m := s.membersOf(ns)
+	if m == nil {
+		return
+	}
+	m.listed.Delete(c.id)
+	m.fileWaiting(c, false)
+	if _, held := m.holding.Delete(c.id); !held {
+		m.countIdle(c, -1)
+	}
+	if m.listed.Len() == 0 {
+		if ns == s.id.namespace() {
+			s.own = nil
+		} else {
+			delete(s.foreign, ns)
+		}
+	}
+}
+
+// noteHolding keeps c's namespace's holders and idle counts current.
+func (s *slot) noteHolding(c *claim) {
+	m := s.membersOf(c.id.namespace())
+	holds := c.holds().IsValid()
+	if m == nil || m.holding.Has(c.id) == holds {
+		return
+	}
+	if holds {
+		m.holding.ReplaceOrInsert(c.id)
+		m.countIdle(c, -1)
+	} else {
+		m.holding.Delete(c.id)
+		m.countIdle(c, +1)
+	}
+}
+
 // book is everything the ledger knows, guarded by Ledger.mu.
 //
 // One lock for every decision, not one per overlap domain: a child pool
@@ -420,6 +558,8 @@ type book struct {
 	subnets, pools int
 	// addresses are the single addresses Subnets hand out (addresses.go).
 	addresses addressBook
+	// addressClaims indexes the books by IPAddressClaim (addresses.go).
+	addressClaims addressClaims
 	// goneAddresses records the UIDs of IPAddresses deleted while a
 	// catch-up read is applied; nil otherwise.
 	goneAddresses map[types.UID]struct{}
@@ -442,6 +582,18 @@ func (b *book) claim(id claimID) *claim {
 		return n.claims[id]
 	}
 	return nil
+}
+
+// visitHook, set only by tests, is called for each claim or address book
+// that a query or decision looks at one by one. The tests count the visits
+// to show, without timing anything, that no namespace's junk is walked for
+// another namespace's answers (docs/benchmarks.md has the timings).
+var visitHook func()
+
+func visit() {
+	if visitHook != nil {
+		visitHook()
+	}
 }
 
 // Ledger is the in-memory record. Its zero value is not usable: use New.
@@ -472,7 +624,7 @@ type Ledger struct {
 // registered with Feed have delivered their initial lists.
 func New() *Ledger {
 	return &Ledger{
-		b: book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}, addresses: addressBook{},
+		b: book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}, addresses: addressBook{}, addressClaims: addressClaims{},
 			spaces: map[string]consent{}, defaultSpace: everyNamespace},
 		listeners: map[int]func(Event){},
 		lastRV:    map[string]string{},
@@ -502,7 +654,7 @@ func (b *book) slot(id poolID) *slot {
 	s := b.slots[id]
 	if s == nil {
 		s = &slot{id: id, self: id.claimID(), claims: map[claimID]*claim{}, waiting: map[claimID]struct{}{}, requests: map[claimID]struct{}{},
-			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, foreign: map[string]map[claimID]struct{}{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
+			collisions: map[claimID]struct{}{}, outside: map[claimID]struct{}{}, foreign: map[string]*members{}, reasons: map[string]int{}, index: ipspace.NewIndex[claimID]()}
 		b.slots[id] = s
 		if id.isSpace() {
 			b.attachSpace(s)
@@ -649,12 +801,7 @@ func (b *book) upsertClaim(next *claim) change {
 		s := b.slot(next.pool)
 		next.pool = s.id // one string per pool, not one per claim
 		s.claims[next.id] = next
-		if ns := next.id.namespace(); ns != s.id.namespace() {
-			if s.foreign[ns] == nil {
-				s.foreign[ns] = map[claimID]struct{}{}
-			}
-			s.foreign[ns][next.id] = struct{}{}
-		}
+		s.join(next)
 		s.count(next.key(), next.reason, +1)
 		b.indexClaim(s, next, true)
 		if next.requested.IsValid() && next.requested != next.holds() {
@@ -704,12 +851,19 @@ func (s *slot) count(key ClaimKey, reason string, delta int) {
 	}
 }
 
-// noteWaiting keeps the slot's waiting and requests sets current for c.
+// noteWaiting keeps the slot's waiting and requests sets, and its
+// namespace's holders, current for c. Every change of what c holds ends
+// here.
 func (s *slot) noteWaiting(c *claim) {
-	if !c.holds().IsValid() || (c.requested.IsValid() && c.requested != c.holds()) {
+	s.noteHolding(c)
+	waits := !c.holds().IsValid() || (c.requested.IsValid() && c.requested != c.holds())
+	if waits {
 		s.waiting[c.id] = struct{}{}
 	} else {
 		delete(s.waiting, c.id)
+	}
+	if m := s.membersOf(c.id.namespace()); m != nil {
+		m.fileWaiting(c, waits)
 	}
 	if c.requested.IsValid() && !c.invalidSpec && c.requested != c.holds() {
 		s.requests[c.id] = struct{}{}
@@ -730,11 +884,7 @@ func (b *book) removeClaim(key claimID) change {
 	s := b.slots[c.pool]
 	b.indexClaim(s, c, false)
 	delete(s.claims, key)
-	if ns := key.namespace(); ns != s.id.namespace() {
-		if delete(s.foreign[ns], key); len(s.foreign[ns]) == 0 {
-			delete(s.foreign, ns)
-		}
-	}
+	s.leave(c)
 	s.count(key.key(), c.reason, -1)
 	delete(s.waiting, key)
 	delete(s.requests, key)

@@ -111,12 +111,16 @@ type usage struct {
 // leaving out the claim skip. O(1): the tallies are kept as claims change
 // (slot.tally), so a namespace's many claims never slow a decision.
 func (b *book) namespaceUsage(s *slot, namespace string, skip claimID) usage {
-	u := usage{claims: len(s.foreign[namespace]), held: new(big.Int)}
+	u := usage{held: new(big.Int)}
+	m := s.foreign[namespace]
+	if m != nil {
+		u.claims = m.listed.Len()
+	}
 	if h := s.holdings[namespace]; h != nil {
 		u.holding = h.claims
 		u.held.Set(h.addresses)
 	}
-	if _, mine := s.foreign[namespace][skip]; mine {
+	if m != nil && m.listed.Has(skip) {
 		u.claims--
 		if c := s.claims[skip]; c != nil && c.holds().IsValid() {
 			u.holding--

@@ -65,31 +65,34 @@ func (l *Ledger) Overlapping(pool ipamv1.PoolReference, p netip.Prefix, excludeN
 	c := collector{limit: limit, seen: map[claimID]bool{idOf(excludeNamespace, exclude): true}}
 	// A claim the pool refuses keeps only what it holds from others: not
 	// a range it asks for (else a tenant whose namespace lost the right
-	// could ask for a larger range and block the owners from it).
-	refused := map[claimID]*claim{}
-	for _, o := range l.b.refusedClaims(s, func(*claim) bool { return true }) {
-		if o.holds().IsValid() {
-			refused[o.id] = o
-		} else {
-			c.seen[o.id] = true // holds nothing: keeps nothing
-		}
-	}
-	skipped := len(c.seen) - 1
+	// could ask for a larger range and block the owners from it). Consent
+	// is asked per namespace met, not per claim of the refused ones.
+	refused := map[string]bool{}
 	s.index.Overlapping(p, func(e ipspace.Entry[claimID]) bool {
-		if o := refused[e.Owner]; o != nil && !slices.Contains(o.footprint(), e.Prefix) {
-			return true
+		visit()
+		ns := e.Owner.namespace()
+		if ns != s.id.namespace() {
+			no, asked := refused[ns]
+			if !asked {
+				no = !l.b.allowsNamespace(s, ns)
+				refused[ns] = no
+			}
+			if no && !slices.Contains(l.b.claim(e.Owner).footprint(), e.Prefix) {
+				return true
+			}
 		}
 		return c.add(e)
 	})
-	return c.found, len(c.seen) - 1 - skipped
+	return c.found, len(c.seen) - 1
 }
 
 // HeldLeftOutside returns up to limit claims of a pool whose held range lies
 // inside from but not inside to, and how many there are: what shrinking the
 // pool from one range to the other would leave outside. Claims that hold
 // nothing (waiting, or out of range) do not count: a pool edit takes nothing
-// from them; nor do claims already outside from. O(n) in the pool's claims;
-// pools change rarely.
+// from them; nor do claims already outside from. O(L log n + k) from the
+// pool's range index: held ranges inside from are indexed (a claim that
+// holds nothing, such as a refused tenant's, is never looked at).
 func (l *Ledger) HeldLeftOutside(namespace, pool string, from, to netip.Prefix, limit int) ([]Claimant, int) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -98,13 +101,14 @@ func (l *Ledger) HeldLeftOutside(namespace, pool string, from, to netip.Prefix, 
 		return nil, 0
 	}
 	c := collector{limit: limit, seen: map[claimID]bool{}}
-	for key, cl := range s.claims {
-		for _, h := range cl.footprint() {
-			if statuscalc.Contains(from, h) && !statuscalc.Contains(to, h) {
-				c.add(ipspace.Entry[claimID]{Prefix: h, Owner: key})
-			}
+	s.index.Overlapping(from, func(e ipspace.Entry[claimID]) bool {
+		visit()
+		h := e.Prefix
+		if statuscalc.Contains(from, h) && !statuscalc.Contains(to, h) && slices.Contains(l.b.claim(e.Owner).footprint(), h) {
+			c.add(e)
 		}
-	}
+		return true
+	})
 	c.sort()
 	return c.found, len(c.seen)
 }
@@ -169,31 +173,79 @@ func (l *Ledger) Users(namespace, pool string, limit int) (named []statuscalc.Cl
 		return nil, 0, 0
 	}
 	// Claims refused for consent that hold nothing do not use it
-	// (book.outsiders).
+	// (book.users).
 	subnets, children = l.b.users(s)
 	if limit <= 0 {
 		return nil, subnets, children
 	}
-	outsiders := map[claimID]bool{}
-	for _, o := range l.b.outsiders(s) {
-		outsiders[o.id] = true
+	// The first few in order, read from each namespace's ordered index: a
+	// pool in use may have 100k claims, and a refused namespace's idle
+	// ones are skipped whole, not one by one.
+	namespaces := slices.Sorted(maps.Keys(s.foreign))
+	if s.own != nil {
+		namespaces = append(namespaces, s.id.namespace())
+		slices.Sort(namespaces)
 	}
-	// The first few in order, kept in a slice of at most limit+1, not a
-	// sort of every claim: a pool in use may have 100k.
-	named = make([]statuscalc.ClaimRef, 0, min(limit, len(s.claims))+1)
-	for id := range s.claims {
-		if outsiders[id] {
-			continue
+	named = make([]statuscalc.ClaimRef, 0, min(limit, len(s.claims)))
+	for _, kind := range []string{statuscalc.KindSubnet, statuscalc.KindSubnetPool} {
+		for _, ns := range namespaces {
+			m := s.membersOf(ns)
+			ids := m.listed
+			if ns != s.id.namespace() && !l.b.allowsNamespace(s, ns) {
+				ids = m.holding
+			}
+			ids.AscendGreaterOrEqual(idOf(ns, ClaimKey(kind+"/")), func(id claimID) bool {
+				visit()
+				if len(named) == limit || id.key().Kind() != kind {
+					return false
+				}
+				named = append(named, id.ref())
+				return true
+			})
+			if len(named) == limit {
+				return named, subnets, children
+			}
 		}
-		ref := id.ref()
-		if len(named) == limit && compareRefs(ref, named[limit-1]) >= 0 {
-			continue
-		}
-		i, _ := slices.BinarySearchFunc(named, ref, compareRefs)
-		named = slices.Insert(named, i, ref)
-		named = named[:min(len(named), limit)]
 	}
 	return named, subnets, children
+}
+
+// users counts the Subnets and child pools that use a pool: every claim on
+// it but those from namespaces the pool does not allow that hold nothing.
+// Those ask, and are refused; they use nothing of the pool, so they neither
+// keep it from being deleted nor keep a range from others (else a tenant
+// could claim a pool's whole range before the pool exists, and block its
+// owners). O(namespaces with claims on the pool).
+func (b *book) users(s *slot) (subnets, children int) {
+	subnets, children = s.subnets, s.children
+	for ns, m := range s.foreign {
+		if !b.allowsNamespace(s, ns) {
+			subnets -= m.idleSubnets
+			children -= m.idleChildren
+		}
+	}
+	return subnets, children
+}
+
+// refusedClaims are the claims of a slot that hold a range although the
+// pool does not allow their namespace (any more), among those keep says
+// to. O(namespaces with claims on the pool) plus those holders: the idle
+// claims of a refused namespace are never walked.
+func (b *book) refusedClaims(s *slot, keep func(*claim) bool) []*claim {
+	var out []*claim
+	for ns, m := range s.foreign {
+		if b.allowsNamespace(s, ns) {
+			continue
+		}
+		m.holding.Ascend(func(id claimID) bool {
+			visit()
+			if c := s.claims[id]; keep(c) {
+				out = append(out, c)
+			}
+			return true
+		})
+	}
+	return out
 }
 
 // compareRefs orders claims as the ledger names them (Users, and ties in
@@ -280,6 +332,7 @@ func (b *book) conflicts(s *slot) []statuscalc.Conflict {
 	slices.SortFunc(losers, olderClaim)
 	var out []statuscalc.Conflict
 	for _, c := range losers {
+		visit()
 		_, collided := s.collisions[c.id]
 		r := c.requested
 		if collided {

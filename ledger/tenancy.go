@@ -311,7 +311,7 @@ func (b *book) consentChanged(namespace string) ([]claimID, []ipamv1.PoolReferen
 // namespace, sorted, and how many it has there. The others are the
 // business of their own namespaces: a refusal only counts them. Claims
 // refused for consent that hold nothing are not users (book.outsiders),
-// and those are all in other namespaces. O(the pool's claims).
+// and those are all in other namespaces. O(the viewer's claims on the pool).
 func (l *Ledger) UsersIn(namespace, pool, viewer string, limit int) (named []statuscalc.ClaimRef, total int) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -331,19 +331,19 @@ func (l *Ledger) UsersIn(namespace, pool, viewer string, limit int) (named []sta
 		named = slices.Insert(named, i, ref)
 		named = named[:min(len(named), limit)]
 	}
-	if viewer == namespace {
-		for id := range s.claims {
-			if id.namespace() == viewer {
-				keep(id)
-			}
-		}
-		return named, total
+	m := s.membersOf(viewer)
+	if m == nil {
+		return nil, 0
 	}
-	allowed := l.b.allowsNamespace(s, viewer)
-	for id := range s.foreign[viewer] {
-		if c := s.claims[id]; c != nil && (allowed || c.holds().IsValid()) {
-			keep(id)
-		}
+	// The pool's own namespace, or one it allows: every claim; one it
+	// does not allow: those that hold a range (book.outsiders).
+	ids := m.listed
+	if viewer != namespace && !l.b.allowsNamespace(s, viewer) {
+		ids = m.holding
 	}
+	ids.Ascend(func(id claimID) bool {
+		keep(id)
+		return true
+	})
 	return named, total
 }
