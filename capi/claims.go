@@ -183,8 +183,28 @@ func (r *ClaimReconciler) claimsOfCluster(ctx context.Context, o client.Object) 
 	return out
 }
 
+// conflictRetry is when a reconcile whose optimistic write met a newer
+// version looks again, should the newer version's own event not come.
+const conflictRetry = time.Second
+
 // Reconcile implements reconcile.Reconciler.
 func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	result, err := r.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		// An optimistic write (the claim's status, a finalizer) made from
+		// a cache that had not shown the newer version yet: expected, and
+		// the newer version's event requeues the request anyway. Not an
+		// error for the log, with a stack trace.
+		logf.FromContext(ctx).V(1).Info("Written from an outdated version; looking again", "reason", err.Error())
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err // the error's backoff requeues it
+	}
+	return result, nil
+}
+
+func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if err := r.catchUp(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -344,7 +364,10 @@ func (r *ClaimReconciler) reconcileAddress(ctx context.Context, addr *capiipam.I
 		if left > 0 {
 			return reconcile.Result{RequeueAfter: left}, false, nil
 		}
-		return reconcile.Result{}, false, r.removeFinalizer(ctx, addr, FinalizerProtectAddress)
+		if err := r.removeFinalizer(ctx, addr, FinalizerProtectAddress); err != nil {
+			return reconcile.Result{}, false, err
+		}
+		return reconcile.Result{}, false, r.forgetIfGone(ctx, addr)
 	}
 	if owned {
 		return reconcile.Result{}, false, nil
@@ -755,14 +778,45 @@ func (r *ClaimReconciler) releaseClaim(ctx context.Context, claim *capiipam.IPAd
 	return client.IgnoreNotFound(r.Client.Patch(ctx, claim, patch))
 }
 
-// release deletes an IPAddress; its finalizer keeps it for the cool-down.
+// release deletes an IPAddress; its finalizer keeps it for the cool-down
+// (one without it, written by hand or restored without it, goes at once).
 func (r *ClaimReconciler) release(ctx context.Context, addr *capiipam.IPAddress) error {
 	err := r.Client.Delete(ctx, addr, client.Preconditions{UID: &addr.UID})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
 	if err == nil {
 		addressReleases.Inc()
 		logf.FromContext(ctx).V(1).Info("Address released", "ipaddress", client.ObjectKeyFromObject(addr), "address", addr.Spec.Address)
 	}
-	return client.IgnoreNotFound(err)
+	return r.forgetIfGone(ctx, addr)
+}
+
+// forgetIfGone frees the address of an IPAddress that this provider just
+// ended (deleted, or removed its last finalizer), if the API server no
+// longer has it. The informer may never show that deletion: a watch that
+// lags and then re-lists skips an object that came and went in between.
+// The ledger then holds the address by a record no informer event removes:
+// this replica's grant (assumed until the informer shows its IPAddress) or
+// the IPAddress as read from the API server (write, Reconcile). Both are
+// withdrawn by identity, the IPAddress's UID and its claim's grant, so a
+// newer IPAddress or grant of the name stays.
+func (r *ClaimReconciler) forgetIfGone(ctx context.Context, addr *capiipam.IPAddress) error {
+	var live capiipam.IPAddress
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(addr), &live)
+	switch {
+	case err == nil && live.UID == addr.UID:
+		return nil // still there: another finalizer keeps it, and the ledger with it
+	case err != nil && !apierrors.IsNotFound(err):
+		return err
+	}
+	rec, ok := record(addr)
+	if !ok {
+		return nil
+	}
+	r.Ledger.DeleteAddress(rec)
+	r.Ledger.ForgetAddress(rec.Namespace, rec.Name, rec.ClaimUID, rec.Subnet, rec.Address)
+	return nil
 }
 
 // removeFinalizer removes one of the IPAddress's finalizers.

@@ -109,6 +109,9 @@ func (b *book) decideSubnet(c *claim) (Decision, []claimID) {
 	if why := b.lengthOutOfBounds(s, length); why != "" {
 		return Decision{Reason: ipamv1.ReasonOutOfRange, Message: why}, wake
 	}
+	if d, ok := b.overQuota(s, c, blockSize(s.serving, length)); !ok {
+		return d, wake
+	}
 	p, ok := s.space.Allocate(length)
 	if !ok {
 		// The message names no figure that changes with other claims (such
@@ -296,6 +299,9 @@ func (b *book) whyNotGranted(s *slot, c *claim) Decision {
 	if why := b.outOfRange(s, c); why != "" {
 		return Decision{Reason: ipamv1.ReasonOutOfRange, Message: why}
 	}
+	if d, ok := b.overQuota(s, c, ipspace.AddressCount(c.requested)); !ok {
+		return d
+	}
 	if outside := b.outsideResize(c); len(outside) > 0 {
 		child := b.childSlot(c)
 		return Decision{Reason: ipamv1.ReasonClaimsOutside,
@@ -382,8 +388,14 @@ func (b *book) sweep(s *slot) []claimID {
 	var wake []claimID
 	for _, c := range b.pendingRequests(s) {
 		// A claim whose namespace the pool does not allow gets no new
-		// range (it keeps one it holds).
+		// range (it keeps one it holds), nor one whose namespace holds
+		// what the pool allows each namespace: the requests granted
+		// earlier in this sweep count, so of two that together exceed a
+		// cap only the first in winner order is granted.
 		if c.unconfirmed() || !b.allowed(c) || b.outOfRange(s, c) != "" || b.holderOverlapping(s, c, c.requested) != nil || len(b.outsideResize(c)) > 0 {
+			continue
+		}
+		if _, ok := b.overQuota(s, c, ipspace.AddressCount(c.requested)); !ok {
 			continue
 		}
 		// The request is inside the pool, off its reserved ranges and no

@@ -293,7 +293,9 @@ func (b *book) afterRelease(s *slot, released netip.Prefix) []claimID {
 			c := s.claims[key]
 			switch {
 			case c.requested.IsValid():
-				if released.IsValid() && c.requested.Overlaps(released) {
+				// A claim waiting for its namespace's cap (limits.go) may
+				// fit after any release of that namespace's ranges.
+				if released.IsValid() && (c.requested.Overlaps(released) || b.quotaWaiter(s, c)) {
 					wake = append(wake, key)
 				}
 			case largest.IsValid():
@@ -301,7 +303,7 @@ func (b *book) afterRelease(s *slot, released netip.Prefix) []claimID {
 				if length < 0 {
 					length = s.pool.defaultLen
 				}
-				if length >= largest.Bits() {
+				if length >= largest.Bits() || b.quotaWaiter(s, c) {
 					wake = append(wake, key)
 				}
 			}

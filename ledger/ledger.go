@@ -373,6 +373,11 @@ type slot struct {
 	// does not allow, never a walk of the namespace's other claims (a
 	// tenant's junk elsewhere does not slow this pool's decisions).
 	foreign map[string]map[claimID]struct{}
+	// holdings tallies, by namespace other than the pool's, the claims
+	// that hold a range and their addresses, kept by indexClaim: the
+	// per-namespace caps are checked in O(1) under the decision lock
+	// (limits.go).
+	holdings map[string]*holdings
 	// opened is set once the pool was seen allowing other namespaces, and
 	// stays: claims they made then may still be on their way to this
 	// replica after the pool went back to Same (SharedDomain).
@@ -764,6 +769,7 @@ func (b *book) indexClaim(s *slot, c *claim, add bool) {
 			s.index.Delete(p, c.id)
 		}
 	}
+	s.tally(c, add)
 }
 
 // refit brings the pool's map in line with c's footprint after c's facts

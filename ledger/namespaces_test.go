@@ -177,7 +177,7 @@ func TestConsentAcrossNamespaces(t *testing.T) {
 	}
 	l.ApplySubnet(ready(web, "10.0.0.0/24"), Updated, nil)
 	db := claimFrom("team-b", "db", 2)
-	want := "SubnetPool netops/corp allows claims only from its own namespace netops and namespaces matching tenant=true, not from team-b"
+	want := "SubnetPool netops/corp allows claims only from its own namespace netops and namespaces whose labels match its selector on the label tenant (namespace team-b has no label tenant), not from team-b"
 	if d, _ := l.DecideSubnet("team-b", "db", db.UID); d.Reason != ipamv1.ReasonNotAllowed || d.Message != want || d.CIDR.IsValid() {
 		t.Fatalf("Subnet from a namespace not allowed: %+v", d)
 	}

@@ -27,9 +27,21 @@ type consent struct {
 	// key says the policy in one comparable string, for sameRules and for
 	// messages.
 	key string
+	// limits caps what each namespace but the pool's own holds (limits.go).
+	limits limits
 }
 
 func consentOf(a *ipamv1.AllowedNamespaces) consent {
+	c := consentFrom(a)
+	if a != nil {
+		c.limits = limitsOf(a.PerNamespace)
+		c.key += c.limits.String()
+	}
+	return c
+}
+
+// consentFrom is consentOf without the per-namespace caps.
+func consentFrom(a *ipamv1.AllowedNamespaces) consent {
 	if a == nil || a.From == "" || a.From == ipamv1.FromSame {
 		return consent{from: ipamv1.FromSame, key: string(ipamv1.FromSame)}
 	}
@@ -62,19 +74,60 @@ func (c consent) allows(poolNamespace, namespace string, nsLabels labels.Set, kn
 	return false
 }
 
-// describe says the policy for a refusal: "allows claims only from ...".
-func (c consent) describe(poolNamespace string) string {
+// describeTo says the policy in a refusal read by a claimant from
+// namespace, whose labels are nsLabels (known: delivered by the informer):
+// "allows claims only from ...". A tenant learns what concerns its own
+// namespace and nothing of the others: for a selector, the label keys it
+// looks at and the namespace's own values for them, never the selector's
+// values, which may name other tenants (kubernetes.io/metadata.name in
+// (team-a, team-b)). The pool's owners read the whole policy on the pool.
+func (c consent) describeTo(poolNamespace, namespace string, nsLabels labels.Set, known bool) string {
 	switch c.from {
 	case ipamv1.FromAll:
 		return "allows claims from every namespace"
 	case ipamv1.FromSelector:
-		sel := c.selector.String()
-		if sel == "" {
-			sel = "<nothing: the selector does not parse>"
+		keys := selectorKeys(c.selector)
+		if len(keys) == 0 {
+			return fmt.Sprintf("allows claims only from its own namespace %s (its selector matches no other namespace)", poolNamespace)
 		}
-		return fmt.Sprintf("allows claims only from its own namespace %s and namespaces matching %s", poolNamespace, sel)
+		on := "the label " + keys[0]
+		if len(keys) > 1 {
+			on = "the labels " + strings.Join(keys[:len(keys)-1], ", ") + " and " + keys[len(keys)-1]
+		}
+		if !known {
+			return fmt.Sprintf("allows claims only from its own namespace %s and namespaces whose labels match its selector on %s (the labels of namespace %s are not known to the operator yet: if it was just created, retry)",
+				poolNamespace, on, namespace)
+		}
+		has := make([]string, len(keys))
+		for i, k := range keys {
+			if v, ok := nsLabels[k]; ok {
+				has[i] = k + "=" + v
+			} else {
+				has[i] = "no label " + k
+			}
+		}
+		return fmt.Sprintf("allows claims only from its own namespace %s and namespaces whose labels match its selector on %s (namespace %s has %s)",
+			poolNamespace, on, namespace, strings.Join(has, ", "))
 	}
 	return fmt.Sprintf("allows claims only from its own namespace %s (spec.allowedNamespaces.from: Same)", poolNamespace)
+}
+
+// selectorKeys returns the label keys a selector looks at, sorted, each
+// once; none for a selector that matches nothing.
+func selectorKeys(sel labels.Selector) []string {
+	if sel == nil {
+		return nil
+	}
+	reqs, selectable := sel.Requirements()
+	if !selectable {
+		return nil
+	}
+	keys := make([]string, 0, len(reqs))
+	for _, r := range reqs {
+		keys = append(keys, r.Key())
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 // allowed reports whether c's namespace may claim from c's pool. A pool
@@ -119,13 +172,15 @@ func (b *book) notAllowed(c *claim) (Decision, bool) {
 			"address space %s does not take root pools from namespace %s: %s; ask the platform team, or carve this pool from an existing one with spec.parentRef",
 			c.pool.spaceName(), c.id.namespace(), why)}, false
 	}
+	nsLabels, known := b.nsLabels[c.id.namespace()]
 	return Decision{Reason: ipamv1.ReasonNotAllowed, Message: fmt.Sprintf(
-		"SubnetPool %s %s, not from %s", c.pool, s.pool.consent.describe(c.pool.namespace()), c.id.namespace())}, false
+		"SubnetPool %s %s, not from %s", c.pool, s.pool.consent.describeTo(c.pool.namespace(), c.id.namespace(), nsLabels, known), c.id.namespace())}, false
 }
 
 // Consent answers admission: may a claim from namespace reference pool?
 // found is false if the ledger does not know the pool; then allowed is
-// false and policy empty. policy says the pool's rule for a refusal.
+// false and policy empty. policy says the pool's rule for a refusal, as
+// namespace may read it (consent.describeTo).
 func (l *Ledger) Consent(pool ipamv1.PoolReference, namespace string) (allowed bool, policy string, found bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -135,10 +190,7 @@ func (l *Ledger) Consent(pool ipamv1.PoolReference, namespace string) (allowed b
 	}
 	c := s.pool.consent
 	nsLabels, known := l.b.nsLabels[namespace]
-	policy = c.describe(pool.Namespace)
-	if !known && c.from == ipamv1.FromSelector {
-		policy += fmt.Sprintf(" (the labels of namespace %s are not known to the operator yet: if it was just created, retry)", namespace)
-	}
+	policy = c.describeTo(pool.Namespace, namespace, nsLabels, known)
 	return c.allows(pool.Namespace, namespace, nsLabels, known), policy, true
 }
 
@@ -252,4 +304,46 @@ func (b *book) consentChanged(namespace string) ([]claimID, []ipamv1.PoolReferen
 	}
 	slices.SortFunc(out, func(a, b ipamv1.PoolReference) int { return strings.Compare(a.String(), b.String()) })
 	return wake, out
+}
+
+// UsersIn returns, for a refusal read by namespace (a DELETE of the pool
+// names the pool's namespace), up to limit of the pool's users in that
+// namespace, sorted, and how many it has there. The others are the
+// business of their own namespaces: a refusal only counts them. Claims
+// refused for consent that hold nothing are not users (book.outsiders),
+// and those are all in other namespaces. O(the pool's claims).
+func (l *Ledger) UsersIn(namespace, pool, viewer string, limit int) (named []statuscalc.ClaimRef, total int) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.b.slots[poolIDOf(namespace, pool)]
+	if s == nil {
+		return nil, 0
+	}
+	// The first few in order, kept in a slice of at most limit+1, not a
+	// sort of every claim (as Users does).
+	keep := func(id claimID) {
+		total++
+		ref := id.ref()
+		if limit <= 0 || (len(named) == limit && compareRefs(ref, named[limit-1]) >= 0) {
+			return
+		}
+		i, _ := slices.BinarySearchFunc(named, ref, compareRefs)
+		named = slices.Insert(named, i, ref)
+		named = named[:min(len(named), limit)]
+	}
+	if viewer == namespace {
+		for id := range s.claims {
+			if id.namespace() == viewer {
+				keep(id)
+			}
+		}
+		return named, total
+	}
+	allowed := l.b.allowsNamespace(s, viewer)
+	for id := range s.foreign[viewer] {
+		if c := s.claims[id]; c != nil && (allowed || c.holds().IsValid()) {
+			keep(id)
+		}
+	}
+	return named, total
 }

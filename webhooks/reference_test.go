@@ -159,9 +159,9 @@ func TestConsentAcrossNamespaces(t *testing.T) {
 		{"Same serves its own namespace", claim("netops", "same", ""), ""},
 		{"Selector serves a matching namespace", claim("team-a", "selected", ""), ""},
 		{"Selector refuses another", claim("team-b", "selected", ""),
-			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/selected allows claims only from its own namespace netops and namespaces matching tenant=true, not from team-b; ask its owners to allow this namespace in spec.allowedNamespaces`},
+			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/selected allows claims only from its own namespace netops and namespaces whose labels match its selector on the label tenant (namespace team-b has no label tenant), not from team-b; ask its owners to allow this namespace in spec.allowedNamespaces`},
 		{"Selector refuses a namespace it does not know", claim("team-z", "selected", ""),
-			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/selected allows claims only from its own namespace netops and namespaces matching tenant=true (the labels of namespace team-z are not known to the operator yet: if it was just created, retry), not from team-z; ask its owners to allow this namespace in spec.allowedNamespaces`},
+			`Subnet.ipam.subnet-operator.io "x" is invalid: spec.poolRef: Forbidden: SubnetPool netops/selected allows claims only from its own namespace netops and namespaces whose labels match its selector on the label tenant (the labels of namespace team-z are not known to the operator yet: if it was just created, retry), not from team-z; ask its owners to allow this namespace in spec.allowedNamespaces`},
 		{"All serves anyone", claim("team-z", "everyone", ""), ""},
 		// The overlap domain is the pool, whichever namespaces its claims
 		// live in; a tenant learns the range, not another tenant's names.
@@ -205,11 +205,13 @@ func TestConsentAcrossNamespaces(t *testing.T) {
 		t.Errorf("child pool over another tenant's range: %v", err)
 	}
 
-	// The pool's owners see who uses it, in every namespace.
+	// A DELETE refusal is read by whoever sent the request (which need not
+	// be the pool's owners: a forged review says any namespace): it names
+	// the users in the pool's namespace and counts the others.
 	everyone := pool("everyone", "10.3.0.0/16")
 	everyone.Namespace = "netops"
 	_, err = w.poolValidator().ValidateDelete(withOp(admissionv1.Delete), everyone)
-	if err == nil || !strings.Contains(err.Error(), "Subnet team-b/db") {
+	if err == nil || strings.Contains(err.Error(), "team-b") || !strings.Contains(err.Error(), "(Subnet netops/infra, and 1 claim in other namespaces)") {
 		t.Errorf("deleting a pool a tenant uses: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/subnet-operator/subnet-operator/ledger"
@@ -20,13 +21,27 @@ import (
 // watermark covers everything acknowledged before the admission was sent.
 // Under load, N concurrent admissions of one kind cost about two reads
 // instead of N; alone, an admission costs exactly one read, as before.
+//
+// Across keys, at most maxReadsInFlight reads run at once: a request says
+// its own namespace, and forged ones (anything that reaches the webhook
+// port) may name a new one each time, so sharing per key alone does not
+// bound the LISTs they make the API server serve. A read beyond the bound
+// waits for a slot, within its timeout (then the admissions it serves are
+// refused with Retry-After, as for any read that does not come back).
 type sharedReads struct {
 	read    func(ctx context.Context, namespace, kind string) (ledger.Watermark, error)
 	timeout time.Duration // bounds each read; it outlives the requests it serves
+	// slots holds a token per read in flight, across keys.
+	slots chan struct{}
+	// queued counts the reads waiting for a slot (for tests).
+	queued atomic.Int32
 
 	mu    sync.Mutex
-	slots map[readKey]*readSlot // only keys with a read in flight
+	calls map[readKey]*readSlot // only keys with a read in flight
 }
+
+// maxReadsInFlight bounds the watermark reads one replica runs at once.
+const maxReadsInFlight = 16
 
 type readKey struct{ namespace, kind string }
 
@@ -42,19 +57,19 @@ type readCall struct {
 }
 
 func newSharedReads(read func(ctx context.Context, namespace, kind string) (ledger.Watermark, error), timeout time.Duration) *sharedReads {
-	return &sharedReads{read: read, timeout: timeout, slots: map[readKey]*readSlot{}}
+	return &sharedReads{read: read, timeout: timeout, slots: make(chan struct{}, maxReadsInFlight), calls: map[readKey]*readSlot{}}
 }
 
 // watermark returns the answer of a read that started after it was called.
 func (s *sharedReads) watermark(ctx context.Context, namespace, kind string) (ledger.Watermark, error) {
 	key := readKey{namespace, kind}
 	s.mu.Lock()
-	slot := s.slots[key]
+	slot := s.calls[key]
 	var c *readCall
 	switch {
 	case slot == nil: // nothing in flight: start one now
 		c = &readCall{done: make(chan struct{})}
-		s.slots[key] = &readSlot{inflight: c}
+		s.calls[key] = &readSlot{inflight: c}
 		go s.run(key, c)
 	case slot.next != nil: // a later read is already waiting to start
 		c = slot.next
@@ -78,17 +93,35 @@ func (s *sharedReads) watermark(ctx context.Context, namespace, kind string) (le
 func (s *sharedReads) run(key readKey, c *readCall) {
 	for c != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		c.mark, c.err = s.read(ctx, key.namespace, key.kind)
+		c.mark, c.err = s.boundedRead(ctx, key)
 		cancel()
 		close(c.done)
 		s.mu.Lock()
-		slot := s.slots[key]
+		slot := s.calls[key]
 		c = slot.next
 		if c == nil {
-			delete(s.slots, key)
+			delete(s.calls, key)
 		} else {
 			slot.inflight, slot.next = c, nil
 		}
 		s.mu.Unlock()
 	}
+}
+
+// boundedRead runs one read once a slot is free (maxReadsInFlight).
+func (s *sharedReads) boundedRead(ctx context.Context, key readKey) (ledger.Watermark, error) {
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		s.queued.Add(1)
+		select {
+		case s.slots <- struct{}{}:
+			s.queued.Add(-1)
+		case <-ctx.Done():
+			s.queued.Add(-1)
+			return ledger.Watermark{}, ctx.Err()
+		}
+	}
+	defer func() { <-s.slots }()
+	return s.read(ctx, key.namespace, key.kind)
 }

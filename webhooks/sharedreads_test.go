@@ -70,7 +70,7 @@ func waitForWaiters(t *testing.T, s *sharedReads, namespace string, n int) {
 	for {
 		s.mu.Lock()
 		got := 0
-		if slot := s.slots[readKey{namespace, statuscalc.KindSubnet}]; slot != nil {
+		if slot := s.calls[readKey{namespace, statuscalc.KindSubnet}]; slot != nil {
 			for _, c := range []*readCall{slot.inflight, slot.next} {
 				if c != nil {
 					got += c.waiters
@@ -138,7 +138,7 @@ func TestSharedReadsServeOnlyFromAReadStartedAfterArrival(t *testing.T) {
 	// wait for that, boundedly.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		s.mu.Lock()
-		tracked := len(s.slots)
+		tracked := len(s.calls)
 		s.mu.Unlock()
 		if tracked == 0 {
 			break
@@ -189,4 +189,33 @@ func TestSharedReadsOutliveTheAdmissionThatStartedThem(t *testing.T) {
 	api.expectStarted(t, 2)
 	api.release <- struct{}{}
 	expectAnswer(t, other, "2")
+}
+
+// Reads for many namespaces (which forged requests can name at will) run
+// at most maxReadsInFlight at once; the others wait for a slot and run
+// when one frees.
+func TestSharedReadsBoundReadsInFlight(t *testing.T) {
+	const asked = maxReadsInFlight + 8
+	b := &blockingReads{started: make(chan int, asked), release: make(chan struct{})}
+	s := newSharedReads(b.read, 10*time.Second)
+	answers := make([]<-chan answer, asked)
+	for i := range asked {
+		answers[i] = ask(s, context.Background(), "made-up-"+strconv.Itoa(i))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.count.Load() < maxReadsInFlight || s.queued.Load() < asked-maxReadsInFlight {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads started and %d queued, want %d and %d", b.count.Load(), s.queued.Load(), maxReadsInFlight, asked-maxReadsInFlight)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, with a deadline
+	}
+	if got := b.count.Load(); got != maxReadsInFlight {
+		t.Fatalf("%d reads in flight, want at most %d", got, maxReadsInFlight)
+	}
+	close(b.release)
+	for i, ch := range answers {
+		if a := <-ch; a.err != nil {
+			t.Errorf("namespace %d: %v", i, a.err)
+		}
+	}
 }

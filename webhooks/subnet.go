@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/big"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -179,6 +180,14 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 	// claims from several namespaces can reach is caught up with across
 	// all of them (awaitDomain).
 	ref := s.Spec.PoolRef // validateSubnetSpec: name and namespace are set
+	// Consent first, on this replica's view: a namespace the pool does not
+	// allow is refused before any read of the API server and before any
+	// check against the pool's claims, so that a request (a forged one
+	// too) learns nothing of them and costs no read. The check is made
+	// again after the barrier, for a pool that just stopped allowing it.
+	if res.merge(checkConsent(v.Ledger, ref, s.Namespace, specPath.Child("poolRef"))); len(res.errs) > 0 {
+		return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
+	}
 	domain := []ipamv1.PoolReference{ref}
 	explicit := s.Spec.CIDR != ""
 	if explicit {
@@ -201,6 +210,9 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 			return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, nil)
 		}
 		res.merge(validateSubnetInPool(&s.Spec, pool, ref.Namespace, specPath))
+		if len(res.errs) == 0 {
+			res.merge(checkQuota(v.Ledger, ref, s.Namespace, ledger.SubnetKey(s.Name), v.askedSize(s), specPath.Child("poolRef")))
+		}
 	} else {
 		// GitOps applies in any order: the Subnet waits for its pool.
 		warnings = admission.Warnings{fmt.Sprintf("SubnetPool %s does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created", ref)}
@@ -219,6 +231,20 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 		warnings = nil
 	}
 	return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, warnings)
+}
+
+// askedSize is how many addresses a Subnet asks for: its explicit range,
+// or a block of its prefix length (the pool's default if it names none);
+// nil when not known.
+func (v *SubnetValidator) askedSize(s *ipamv1.Subnet) *big.Int {
+	if p, err := ipspace.ParsePrefix(s.Spec.CIDR); err == nil {
+		return ipspace.AddressCount(p)
+	}
+	length := -1
+	if s.Spec.PrefixLength != nil {
+		length = int(*s.Spec.PrefixLength)
+	}
+	return v.Ledger.BlockSize(s.Spec.PoolRef, length)
 }
 
 // validateSubnetUpdate rejects changes to the claim: poolRef, cidr and

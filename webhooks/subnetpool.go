@@ -9,12 +9,10 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -36,8 +34,9 @@ var (
 // pool in its namespace's address space (ipamv1.LabelAddressSpace).
 type SubnetPoolDefaulter struct {
 	Ledger *ledger.Ledger
-	// Reader reads a namespace the ledger has not seen yet.
-	Reader client.Reader
+	// namespaces reads a namespace the ledger has not seen yet, within
+	// the replica's budget (namespaceReads); Setup shares the validators'.
+	namespaces *namespaceReads
 }
 
 var _ admission.Defaulter[*ipamv1.SubnetPool] = &SubnetPoolDefaulter{}
@@ -92,12 +91,13 @@ func (d *SubnetPoolDefaulter) namespaceSpace(ctx context.Context, namespace stri
 	if nsLabels, known := d.Ledger.NamespaceLabels(namespace); known {
 		return nsLabels[ipamv1.LabelAddressSpace], nil
 	}
-	ns := &metav1.PartialObjectMetadata{}
-	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-	if err := d.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
-		return "", client.IgnoreNotFound(err)
+	// Not a guess: a root pool defaulted into the wrong space stays there
+	// (the field is immutable), so a read that cannot be made refuses.
+	nsLabels, _, err := d.namespaces.labels(ctx, namespace)
+	if err != nil {
+		return "", err
 	}
-	return ns.Labels[ipamv1.LabelAddressSpace], nil
+	return nsLabels[ipamv1.LabelAddressSpace], nil
 }
 
 // oldPool returns the stored pool an UPDATE request changes, or nil.
@@ -141,17 +141,30 @@ func (v *SubnetPoolValidator) ValidateDelete(ctx context.Context, p *ipamv1.Subn
 	if err := v.fresh.awaitDomain(ctx, p.Namespace, self, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
 		return internalError(ctx, statuscalc.KindSubnetPool, err)
 	}
-	named, subnets, children := v.Ledger.Users(p.Namespace, p.Name, maxNamed)
+	_, subnets, children := v.Ledger.Users(p.Namespace, p.Name, 0)
 	if subnets+children == 0 {
 		return finish(ctx, statuscalc.KindSubnetPool, poolGK, p.Name, verdict{}, nil)
 	}
+	// The refusal is read by whoever sent the request, which says only
+	// that it comes from the pool's namespace (and a forged review need
+	// not even come from the API server): it names the users in that
+	// namespace and only counts the others, which are their namespaces'
+	// business. The pool's status lists no claim of another namespace
+	// either, beyond those it no longer allows.
+	named, own := v.Ledger.UsersIn(p.Namespace, p.Name, p.Namespace, maxNamed)
 	names := make([]string, 0, len(named))
 	for _, ref := range named {
 		names = append(names, ref.String())
 	}
 	list := strings.Join(names, ", ")
-	if extra := subnets + children - len(named); extra > 0 {
+	if extra := own - len(named); extra > 0 {
 		list += fmt.Sprintf(" and %d more", extra)
+	}
+	if others := subnets + children - own; others > 0 {
+		if list != "" {
+			list += ", and "
+		}
+		list += fmt.Sprintf("%d %s in other namespaces", others, plural(others, "claim", "claims"))
 	}
 	admissionDecisions.WithLabelValues(statuscalc.KindSubnetPool, operation(ctx), "denied", reasonInUse).Inc()
 	return nil, apierrors.NewForbidden(poolResource, p.Name, fmt.Errorf(
@@ -179,10 +192,21 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if len(res.errs) > 0 {
 		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 	}
+	warnings := v.capsLowered(old, p)
 	// Unchanged range, reserved ranges and parent: nothing else to check
 	// (status updates, labels, the finalizer).
 	if old != nil && old.Spec.CIDR == p.Spec.CIDR && slices.Equal(old.Spec.Reserved, p.Spec.Reserved) {
-		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
+		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, warnings)
+	}
+	// Consent first, on this replica's view, as for a Subnet: a namespace
+	// the parent does not allow learns nothing of its claims and costs no
+	// read of the API server. validateInParent checks again after the
+	// barrier.
+	if ref := p.Spec.ParentRef; ref != nil {
+		parent := ipamv1.PoolReference{Namespace: ref.In(p.Namespace), Name: ref.Name}
+		if res.merge(checkConsent(v.Ledger, parent, p.Namespace, specPath.Child("parentRef"))); len(res.errs) > 0 {
+			return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
+		}
 	}
 	// Caught up across namespaces when the pool, or the parent it is
 	// carved from, can hold claims from several.
@@ -217,7 +241,42 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if old != nil {
 		res.merge(v.validateHoldings(old, p, cidr))
 	}
-	return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
+	if len(res.errs) > 0 {
+		warnings = nil
+	}
+	return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, warnings)
+}
+
+// capsLowered warns the pool's owners when an update sets per-namespace
+// caps that namespaces already hold more than: nothing is taken from
+// them, and their new claims wait until they are back under the caps.
+// The owners may read which namespaces claim from their pool.
+func (v *SubnetPoolValidator) capsLowered(old, p *ipamv1.SubnetPool) admission.Warnings {
+	if old == nil || p.Spec.AllowedNamespaces == nil || p.Spec.AllowedNamespaces.PerNamespace == nil {
+		return nil
+	}
+	if o := old.Spec.AllowedNamespaces; o != nil && equality.Semantic.DeepEqual(o.PerNamespace, p.Spec.AllowedNamespaces.PerNamespace) {
+		return nil
+	}
+	over, total := v.Ledger.NamespacesOverLimits(ipamv1.PoolReference{Namespace: p.Namespace, Name: p.Name}, p.Spec.AllowedNamespaces.PerNamespace, maxNamed)
+	if total == 0 {
+		return nil
+	}
+	list := strings.Join(over, ", ")
+	if extra := total - len(over); extra > 0 {
+		list += fmt.Sprintf(" and %d more", extra)
+	}
+	return admission.Warnings{fmt.Sprintf(
+		"namespaces %s already hold more than spec.allowedNamespaces.perNamespace allows each namespace: their claims keep their ranges; their new claims are refused, or wait (reason %s), until they are back under it",
+		list, ipamv1.ReasonNamespaceQuotaExceeded)}
+}
+
+// plural picks the word for count.
+func plural(count int, one, many string) string {
+	if count == 1 {
+		return one
+	}
+	return many
 }
 
 // validateInSpace checks a root pool against its address space: the space
@@ -235,11 +294,11 @@ func (v *SubnetPoolValidator) validateInSpace(ctx context.Context, p *ipamv1.Sub
 	view := v.Ledger.Space(space, p.Namespace)
 	if view.Exists && create && !view.Allowed {
 		// Before refusing, the namespace as the API server has it: its
-		// label may not have reached this replica yet.
-		ns := &metav1.PartialObjectMetadata{}
-		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-		if err := v.fresh.reader.Get(ctx, client.ObjectKey{Name: p.Namespace}, ns); err == nil {
-			view = v.Ledger.SpaceWithLabels(space, p.Namespace, ns.Labels)
+		// label may not have reached this replica yet. Only the request's
+		// own namespace is read, within the replica's budget
+		// (namespaceReads); without a read the refusal stands.
+		if nsLabels, exists, err := v.fresh.namespaces.labels(ctx, p.Namespace); err == nil && exists {
+			view = v.Ledger.SpaceWithLabels(space, p.Namespace, nsLabels)
 		}
 	}
 	switch {
@@ -288,6 +347,9 @@ func (v *SubnetPoolValidator) validateInParent(p *ipamv1.SubnetPool, cidr netip.
 		return res
 	}
 	if res.merge(checkConsent(v.Ledger, ref, p.Namespace, path)); len(res.errs) > 0 {
+		return res
+	}
+	if res.merge(checkQuota(v.Ledger, ref, p.Namespace, ledger.PoolKey(p.Name), ipspace.AddressCount(cidr), path)); len(res.errs) > 0 {
 		return res
 	}
 	self := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}

@@ -3,7 +3,9 @@ package webhooks
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -38,6 +40,7 @@ const (
 	reasonShrink           = "shrink"
 	reasonInUse            = "in_use"
 	reasonInvalidGateway   = "invalid_gateway"
+	reasonNamespaceQuota   = "namespace_quota"
 )
 
 // verdict collects the field errors of one request and, for the metric,
@@ -131,8 +134,23 @@ func checkConsent(l *ledger.Ledger, ref ipamv1.PoolReference, namespace string, 
 	return v
 }
 
+// checkQuota refuses the claim key from namespace, asking for size
+// addresses (nil when not known), when its namespace already has what the
+// pool allows each namespace (spec.allowedNamespaces.perNamespace), with
+// the figure. It tells the namespace only its own usage. Claims that race
+// past it are held back by the arbiter (reason NamespaceQuotaExceeded).
+func checkQuota(l *ledger.Ledger, ref ipamv1.PoolReference, namespace string, key ledger.ClaimKey, size *big.Int, path *field.Path) verdict {
+	var v verdict
+	if refusal := l.NamespaceQuota(ref, namespace, key, size); refusal != "" {
+		v.add(reasonNamespaceQuota, field.Forbidden(path, refusal+"; delete one of the namespace's claims on the pool, or ask its owners to raise spec.allowedNamespaces.perNamespace"))
+	}
+	return v
+}
+
 // validateAllowedNamespaces checks a pool's consent: a selector exactly
-// when from is Selector, and one that parses.
+// when from is Selector, and one that parses; per-namespace caps that are
+// numbers (the schema says so too, but a v1alpha1 client carries the
+// field in an annotation the schema does not look into).
 func validateAllowedNamespaces(a *ipamv1.AllowedNamespaces, path *field.Path) verdict {
 	var v verdict
 	if a == nil {
@@ -153,8 +171,24 @@ func validateAllowedNamespaces(a *ipamv1.AllowedNamespaces, path *field.Path) ve
 	default:
 		v.add(reasonInvalidSpec, field.NotSupported(path.Child("from"), a.From, []ipamv1.FromNamespaces{ipamv1.FromSame, ipamv1.FromAll, ipamv1.FromSelector}))
 	}
+	if n := a.PerNamespace; n != nil {
+		limits := path.Child("perNamespace")
+		if n.MaxClaims != nil && *n.MaxClaims < 0 {
+			v.add(reasonInvalidSpec, field.Invalid(limits.Child("maxClaims"), *n.MaxClaims, "must be 0 or more"))
+		}
+		if n.MaxAddresses != "" {
+			if !decimalCount.MatchString(n.MaxAddresses) {
+				v.add(reasonInvalidSpec, field.Invalid(limits.Child("maxAddresses"), n.MaxAddresses,
+					`must be a whole number of addresses written in decimal, such as "4096" (a /20 of IPv4) or "18446744073709551616" (an IPv6 /64)`))
+			}
+		}
+	}
 	return v
 }
+
+// decimalCount is an address count as perNamespace.maxAddresses writes
+// it: decimal, no sign, no leading zero, at most 39 digits (2^128 has 39).
+var decimalCount = regexp.MustCompile(`^(0|[1-9][0-9]{0,38})$`)
 
 // validateSubnetSpec checks what the spec of a Subnet in namespace says on
 // its own.

@@ -73,7 +73,7 @@ func Setup(mgr ctrl.Manager, l *ledger.Ledger, reader client.Reader, opts Option
 	if err := ctrl.NewWebhookManagedBy(mgr, &ipamv1.SubnetPool{}).
 		WithConverter(conversion.NewHubSpokeConverter(&ipamv1.SubnetPool{},
 			conversion.NewSpokeConverter(&ipamv1alpha1.SubnetPool{}, ipamv1alpha1.ConvertSubnetPoolFromHub, ipamv1alpha1.ConvertSubnetPoolToHub))).
-		WithDefaulter(&SubnetPoolDefaulter{Ledger: l, Reader: reader}).
+		WithDefaulter(&SubnetPoolDefaulter{Ledger: l, namespaces: f.namespaces}).
 		WithValidator(&SubnetPoolValidator{Ledger: l, fresh: f}).
 		Complete(); err != nil {
 		return fmt.Errorf("subnetpool webhooks: %w", err)
@@ -94,11 +94,15 @@ type freshness struct {
 	timeout     time.Duration
 	syncTimeout time.Duration
 	reads       *sharedReads
+	// namespaces reads the request's namespace when the ledger has not
+	// seen it, within a budget (namespaceReads).
+	namespaces *namespaceReads
 }
 
 func newFreshness(reader client.Reader, l *ledger.Ledger, timeout, syncTimeout time.Duration) *freshness {
 	f := &freshness{reader: reader, ledger: l, timeout: timeout, syncTimeout: syncTimeout}
 	f.reads = newSharedReads(f.watermark, timeout)
+	f.namespaces = newNamespaceReads(reader)
 	return f
 }
 

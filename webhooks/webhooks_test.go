@@ -83,12 +83,22 @@ type fakeAPI struct {
 	// namespaces are the labels of the namespaces the API server has (a
 	// Get of another is NotFound).
 	namespaces map[string]map[string]string
+	// lists and gets count the reads made, for the tests that bound them.
+	lists, gets int
+}
+
+// reads returns how many LISTs and GETs were made.
+func (f *fakeAPI) reads() (lists, gets int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists, f.gets
 }
 
 // Get answers a read of a namespace's metadata.
 func (f *fakeAPI) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.gets++
 	set, ok := f.namespaces[key.Name]
 	if !ok {
 		return apierrors.NewNotFound(corev1.Resource("namespaces"), key.Name)
@@ -118,6 +128,7 @@ func (f *fakeAPI) List(_ context.Context, list client.ObjectList, opts ...client
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	inScope := func(counts map[string]int) int {
 		if o.Namespace != "" {
 			return counts[o.Namespace]

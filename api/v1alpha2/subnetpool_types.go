@@ -114,6 +114,37 @@ type AllowedNamespaces struct {
 	// The pool's own namespace is always allowed.
 	// +optional
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+
+	// PerNamespace caps what each namespace other than the pool's own may
+	// hold from this pool. The pool's own namespace is not capped: its
+	// owners set the caps and can change them. Over a cap, a create is
+	// refused at admission and a claim that raced past it waits (Ready=False,
+	// reason NamespaceQuotaExceeded) until room is freed. Lowering a cap
+	// takes nothing away: claims granted before keep their ranges.
+	// +optional
+	PerNamespace *NamespaceLimits `json:"perNamespace,omitempty"`
+}
+
+// NamespaceLimits caps what one namespace holds from a pool, counting its
+// Subnets and child pools of this pool (not of the pool's children).
+// +kubebuilder:validation:MinProperties=1
+type NamespaceLimits struct {
+	// MaxClaims is how many Subnets and child pools one namespace may have
+	// on this pool.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxClaims *int32 `json:"maxClaims,omitempty"`
+
+	// MaxAddresses is how many addresses one namespace's claims may hold
+	// together, a decimal number such as "4096" (a /20 of IPv4) or
+	// "18446744073709551616" (one IPv6 /64): a string, like the pool's
+	// status counts, because an IPv6 amount does not fit an integer field.
+	// A claim counts the whole range it holds or asks for.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=39
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)$`
+	MaxAddresses string `json:"maxAddresses,omitempty"`
 }
 
 // SubnetPoolStatus is what the controller observed of the pool. Address counts

@@ -46,6 +46,10 @@ const (
 	// On a pool's ClaimsNotAllowed condition (True): some claims that hold
 	// ranges are no longer allowed.
 	ReasonNotAllowed = "NotAllowed"
+	// ReasonNamespaceQuotaExceeded: the claim's namespace already holds what
+	// the pool's spec.allowedNamespaces.perNamespace allows each namespace;
+	// the claim waits until the namespace frees room or the cap is raised.
+	ReasonNamespaceQuotaExceeded = "NamespaceQuotaExceeded"
 	// ReasonInvalidSpec: the spec cannot be parsed (only reachable when the
 	// CRD schema and the webhook were both bypassed).
 	ReasonInvalidSpec = "InvalidSpec"

@@ -122,10 +122,11 @@ spec: {poolRef: {name: kids}}
 		t.Error("the tenant can read the platform namespace's pools; the test's RBAC is wrong")
 	}
 
-	// A namespace the pool does not allow is refused, with the pool and its
-	// policy named; a child pool too.
-	refusal := fmt.Sprintf("SubnetPool %s/corp allows claims only from its own namespace %s and namespaces matching %s=%s, not from %s",
-		platform, platform, tenantLabel, id, teamC)
+	// A namespace the pool does not allow is refused, with the pool and the
+	// label its selector reads named, and the namespace's own value of it:
+	// not the selector's values, which may name other tenants.
+	refusal := fmt.Sprintf("SubnetPool %s/corp allows claims only from its own namespace %s and namespaces whose labels match its selector on the label %s (namespace %s has no label %s), not from %s",
+		platform, platform, tenantLabel, teamC, tenantLabel, teamC)
 	for _, manifest := range []string{
 		fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: x, namespace: %s}\nspec: {poolRef: {name: corp, namespace: %s}}\n", teamC, platform),
 		fmt.Sprintf("apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: SubnetPool\nmetadata: {name: x, namespace: %s}\nspec: {parentRef: {name: corp, namespace: %s}, cidr: 10.60.240.0/24}\n", teamC, platform),

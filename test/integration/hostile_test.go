@@ -109,6 +109,8 @@ func catalog() []hostile {
 			want: `spec.allowedNamespaces.selector: Required value: from: Selector needs a namespace label selector, such as {matchLabels: {ipam.subnet-operator.io/tenant: "true"}}`},
 		{rule: "allowedNamespaces from a value it does not know", create: pool("consent", "{cidr: 192.168.0.0/16, allowedNamespaces: {from: Everyone}}"),
 			want: `spec.allowedNamespaces.from: Unsupported value: "Everyone": supported values: "Same", "All", "Selector"`},
+		{rule: "a per-namespace address cap that is not a number", create: pool("caps", "{cidr: 192.168.0.0/16, allowedNamespaces: {from: All, perNamespace: {maxAddresses: 4k}}}"),
+			want: `spec.allowedNamespaces.perNamespace.maxAddresses: Invalid value: "4k": must be a whole number of addresses written in decimal`},
 		{rule: "its own parent", create: pool("self", "{parentRef: {name: self}, cidr: 10.0.32.0/20}"), want: `spec.parentRef: Invalid value: "self": must not name the pool itself`},
 		{rule: "missing parent", create: pool("orphan", "{parentRef: {name: nowhere}, cidr: 10.0.32.0/20}"), want: `SubnetPool NS/nowhere does not exist; create the parent pool first`},
 		{rule: "a parentRef that is not a name", create: pool("badparent", "{parentRef: {name: Parent_Pool}, cidr: 10.0.32.0/20}"),

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math/big"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/ipspace"
 )
 
 // finding is one violation. Key identifies it, so that a violation that
@@ -564,8 +566,8 @@ type replayer struct {
 	// addr is the state of the Cluster API objects (addresses.go).
 	addr addressReplay
 
-	events, s1Checks, s1Skipped, s2Checks, s3Checks, s5Checks, s6Checks int
-	s5Across                                                            int // grants to claims from another namespace than their pool's
+	events, s1Checks, s1Skipped, s2Checks, s3Checks, s5Checks, s6Checks, q1Checks int
+	s5Across                                                                      int // grants to claims from another namespace than their pool's
 }
 
 func newReplayer() *replayer {
@@ -754,6 +756,7 @@ func (r *replayer) checkNeverRevoked(tl *timeline, v *obj) {
 		}
 		if v.StatusCIDR != "" && !tl.statusSet && v.Ref != "" {
 			r.checkConsent(v)
+			r.checkQuota(v, tl)
 		}
 		tl.statusSet = tl.statusSet || v.StatusCIDR != ""
 		return
@@ -770,6 +773,89 @@ func (r *replayer) checkNeverRevoked(tl *timeline, v *obj) {
 	tl.readyAt, tl.readyCIDR = v.RV, v.held()
 	r.checkGrant(v)
 	r.checkConsent(v)
+	r.checkQuota(v, tl)
+}
+
+// checkQuota is Q1, at a claim's first grant: a claim from another
+// namespace than its pool's does not take its namespace past the pool's
+// spec.allowedNamespaces.perNamespace. The arbiter may have decided on any
+// version of the pool from the claim's creation to the grant, so the
+// most permissive caps among those apply; the namespace's holdings are the
+// pool's claims that hold a range at the grant.
+func (r *replayer) checkQuota(v *obj, tl *timeline) {
+	if v.refNamespace() == v.Namespace || len(tl.versions) == 0 {
+		return
+	}
+	// The versions the arbiter may have decided on: the last one before
+	// the claim was created, and every one from then to the grant.
+	created := tl.versions[0].RV
+	var window []*obj
+	for _, p := range r.poolVersions[v.Ref] {
+		if p.RV > v.RV {
+			break
+		}
+		if p.RV < created {
+			window = window[:0]
+		}
+		window = append(window, p)
+	}
+	if len(window) == 0 {
+		return
+	}
+	// The most permissive: a cap counts only if every version had it,
+	// at its highest.
+	claimsCapped, addressesCapped := true, true
+	maxClaims, maxAddresses := int64(0), new(big.Int)
+	for _, p := range window {
+		n, a := capsOf(p)
+		if n < 0 {
+			claimsCapped = false
+		} else {
+			maxClaims = max(maxClaims, n)
+		}
+		if a == nil {
+			addressesCapped = false
+		} else if a.Cmp(maxAddresses) > 0 {
+			maxAddresses = a
+		}
+	}
+	if !claimsCapped && !addressesCapped {
+		return
+	}
+	r.q1Checks++
+	claims := int64(1)
+	addresses := ipspace.AddressCount(v.held())
+	for k, o := range r.claims[v.Ref] {
+		if k == v.key() || o.Namespace != v.Namespace || !o.held().IsValid() {
+			continue
+		}
+		claims++
+		addresses.Add(addresses, ipspace.AddressCount(o.held()))
+	}
+	if claimsCapped && claims > maxClaims {
+		r.add("Q1", string(v.UID)+"/claims", "a claim from namespace %s was granted %s at rv %d by pool %s, whose caps allow each namespace %d claims: the namespace now holds %d: %s",
+			v.Namespace, v.held(), v.RV, v.Ref, maxClaims, claims, v)
+	}
+	if addressesCapped && addresses.Cmp(maxAddresses) > 0 {
+		r.add("Q1", string(v.UID)+"/addresses", "a claim from namespace %s was granted %s at rv %d by pool %s, whose caps allow each namespace %s addresses: the namespace now holds %s: %s",
+			v.Namespace, v.held(), v.RV, v.Ref, maxAddresses, addresses, v)
+	}
+}
+
+// capsOf reads a pool version's per-namespace caps: -1 and nil where a
+// cap is not set.
+func capsOf(p *obj) (maxClaims int64, maxAddresses *big.Int) {
+	maxClaims = -1
+	if p.Allowed == nil || p.Allowed.PerNamespace == nil {
+		return maxClaims, nil
+	}
+	if n := p.Allowed.PerNamespace.MaxClaims; n != nil {
+		maxClaims = int64(*n)
+	}
+	if a, ok := new(big.Int).SetString(p.Allowed.PerNamespace.MaxAddresses, 10); ok {
+		maxAddresses = a
+	}
+	return maxClaims, maxAddresses
 }
 
 // checkConsent is S5, at a claim's first grant: a claim from another

@@ -690,3 +690,45 @@ func TestConsent(t *testing.T) {
 		t.Errorf("grant with consent: %v", r.findings)
 	}
 }
+
+// Q1: a grant does not take a namespace past its pool's per-namespace caps
+// in force from the claim's creation to its grant; a cap lowered after the
+// claim was created is not held against it, nor against claims held before.
+func TestQuota(t *testing.T) {
+	capped := func(claims int32, addresses string) obj {
+		p := pool("corp", "", "10.0.0.0/24").serving("10.0.0.0/24").in("netops")
+		p.Allowed = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll, PerNamespace: &ipamv1.NamespaceLimits{MaxAddresses: addresses}}
+		if claims >= 0 {
+			p.Allowed.PerNamespace.MaxClaims = ptr.To(claims)
+		}
+		return p
+	}
+	claim := func(name, cidr string) obj { return subnet(name, "netops/corp", cidr, 0).in("team-a") }
+	a, b := claim("a", "10.0.0.0/26"), claim("b", "10.0.0.64/26")
+
+	// Two claims granted under a cap of one.
+	r := replay(added(capped(1, "").at(1)), added(a.at(2)), modified(a.granted("10.0.0.0/26").at(3)),
+		added(b.at(4)), modified(b.granted("10.0.0.64/26").at(5)))
+	if d := cmp.Diff([]string{"Q1"}, checksOf(r.findings)); d != "" {
+		t.Errorf("two claims under a cap of one (-want +got):\n%s\nfindings: %v", d, r.findings)
+	}
+	// 128 addresses under a cap of 64.
+	r = replay(added(capped(-1, "64").at(1)), added(a.at(2)), modified(a.granted("10.0.0.0/26").at(3)),
+		added(b.at(4)), modified(b.granted("10.0.0.64/26").at(5)))
+	if d := cmp.Diff([]string{"Q1"}, checksOf(r.findings)); d != "" {
+		t.Errorf("128 addresses under a cap of 64 (-want +got):\n%s\nfindings: %v", d, r.findings)
+	}
+	// The cap was two when b was created and lowered to one before its
+	// grant: the arbiter may have decided on the older pool.
+	r = replay(added(capped(2, "").at(1)), added(a.at(2)), modified(a.granted("10.0.0.0/26").at(3)),
+		added(b.at(4)), modified(capped(1, "").at(5)), modified(b.granted("10.0.0.64/26").at(6)))
+	if len(r.findings) != 0 {
+		t.Errorf("a cap lowered while the claim waited: %v", r.findings)
+	}
+	// The pool's own namespace is not capped.
+	own := subnet("own", "netops/corp", "10.0.0.128/26", 0).in("netops")
+	r = replay(added(capped(0, "").at(1)), added(own.at(2)), modified(own.granted("10.0.0.128/26").at(3)))
+	if len(r.findings) != 0 {
+		t.Errorf("the pool's own namespace: %v", r.findings)
+	}
+}

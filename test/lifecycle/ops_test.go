@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,7 @@ const (
 	opRestart         = "restart-manager"
 	opHandOver        = "hand-over"
 	opFlipTenant      = "flip-tenant-label"
+	opSetCaps         = "set-namespace-caps"
 	opCreateClaim     = "create-address-claim"
 	opDeleteClaim     = "delete-address-claim"
 	opClaimBurst      = "address-claim-burst"
@@ -98,6 +100,9 @@ func platformConsent() *ipamv1.AllowedNamespaces {
 //	hand-over                  1    SIGTERM the leader during a burst; the other takes the lease; restart it
 //	flip-tenant-label          2    add or remove a tenant namespace's label that the platform's pools select:
 //	                                its claims keep their ranges, new ones are refused, waiting ones granted
+//	set-namespace-caps         2    set, lower, raise or remove a platform pool's per-namespace caps (1-4 claims,
+//	                                and/or a /26-/22's worth of addresses): held claims keep their ranges, grants
+//	                                past a cap wait (Q1)
 //	create-address-claim       6    a Cluster API IPAddressClaim of a Subnet of its namespace (mostly one believed
 //	                                to exist, Ready or not; sometimes a missing one; 1 in 20 another kind of pool)
 //	delete-address-claim       3    its address is released: kept for the cool-down, then handed out again
@@ -109,7 +114,9 @@ func platformConsent() *ipamv1.AllowedNamespaces {
 //
 // and, at Cluster API's edges (ops_addresses_test.go, which has their
 // table): lag-address-watch 2, delete-address-claim-foreground 2,
-// delete-subnet-foreground 2, write-address-by-hand 3, restore-address 3.
+// delete-subnet-foreground 2, write-address-by-hand 3, restore-address 3;
+// and through the deprecated API version (ops_versions_test.go, which has
+// its table): v1alpha1-round-trip 3.
 //
 // A delete-subnet deletes the Subnet's claims first half the time (else the
 // Subnet waits for them, terminating), a drain-pool mostly; the bursts of
@@ -126,10 +133,11 @@ var opMix = []struct {
 	{opCreateRootPool, 6}, {opCreateChildPool, 7}, {opGrowPool, 3}, {opShrinkPool, 3}, {opAddReserved, 2},
 	{opRemoveReserved, 2}, {opChangeLengths, 3}, {opDeletePool, 2}, {opDrainPool, 3}, {opCreateExplicit, 20}, {opCreateDynamic, 20},
 	{opDeleteSubnet, 12}, {opRecreateSubnet, 8}, {opBurst, 2}, {opRacePoolEdit, 4}, {opChildShrink, 1}, {opFlashRecreate, 2},
-	{opRestoreSubnet, 3}, {opRestart, 1}, {opHandOver, 1}, {opFlipTenant, 2},
+	{opRestoreSubnet, 3}, {opRestart, 1}, {opHandOver, 1}, {opFlipTenant, 2}, {opSetCaps, 2},
 	{opCreateClaim, 6}, {opDeleteClaim, 3}, {opClaimBurst, 3},
 	// Cluster API's edges: ops_addresses_test.go.
 	{opLagAddresses, 2}, {opDeleteClaimFg, 2}, {opDeleteSubnetFg, 2}, {opWriteAddress, 3}, {opRestoreAddress, 3},
+	{opV1alpha1RoundTrip, 3},
 }
 
 // Names come from small pools, so that objects are re-created under a name
@@ -225,7 +233,9 @@ type request struct {
 	// request on an IPAddress (ops_addresses_test.go).
 	foreground bool
 	addr       *addressOp
-	out        *opRecord // the outcome, once sent
+	// v1alpha1: a round trip through the deprecated version (ops_versions_test.go).
+	v1alpha1 *v1alpha1Op
+	out      *opRecord // the outcome, once sent
 }
 
 // newGenerator draws from seed over namespaces; platform (one of them, or
@@ -336,6 +346,10 @@ func (g *generator) make(kind string) *operation {
 		return g.drainPool(ns)
 	case opFlipTenant:
 		return g.flipTenant()
+	case opV1alpha1RoundTrip:
+		return g.v1alpha1RoundTrip(ns)
+	case opSetCaps:
+		return g.setCaps()
 	case opClaimBurst:
 		return g.claimBurst(ns)
 	case opRecreateSubnet:
@@ -435,6 +449,31 @@ func (g *generator) flipTenant() *operation {
 				ns.tenant = next
 			}
 		},
+	}}}
+}
+
+// setCaps sets, changes or removes a platform pool's per-namespace caps
+// (merge patch: the pool's consent otherwise stays).
+func (g *generator) setCaps() *operation {
+	if g.platform == nil || len(g.platform.pools) == 0 {
+		return g.make(opCreateDynamic)
+	}
+	name := g.pick(sortedKeys(g.platform.pools))
+	var caps any // null removes them
+	if g.chance(0.75) {
+		c := map[string]any{}
+		if g.chance(0.7) {
+			c["maxClaims"] = 1 + g.rng.IntN(4)
+		}
+		if len(c) == 0 || g.chance(0.5) {
+			c["maxAddresses"] = strconv.Itoa(1 << (6 + g.rng.IntN(5))) // a /26 to a /22 of IPv4
+		}
+		caps = c
+	}
+	body, _ := json.Marshal(map[string]any{"spec": map[string]any{"allowedNamespaces": map[string]any{"perNamespace": caps}}})
+	return &operation{kind: opSetCaps, requests: []*request{{
+		rec:   opRecord{Op: opSetCaps, Verb: "patch", Kind: kindPool, Namespace: g.platform.name, Name: name},
+		patch: body,
 	}}}
 }
 
