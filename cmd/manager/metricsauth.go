@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
+	utilcache "k8s.io/apimachinery/pkg/util/cache"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -39,6 +42,7 @@ func metricsAuthFilter(logInterval time.Duration) func(*rest.Config, *http.Clien
 		if err != nil {
 			return nil, err
 		}
+		authn = newReviewBudget(authn)
 		return func(log logr.Logger, handler http.Handler) (http.Handler, error) {
 			return authorizeMetrics(log, logInterval, authn, authz, handler), nil
 		}, nil
@@ -93,6 +97,12 @@ func authorizeMetrics(log logr.Logger, logInterval time.Duration, authn authenti
 	refusals := &refusalLog{log: log, every: rate.Sometimes{Interval: logInterval}}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		res, ok, err := authn.AuthenticateRequest(req)
+		if errors.Is(err, errReviewBudgetSpent) {
+			refusals.note("Refused a metrics request: too many unknown tokens", nil)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "Too many requests", http.StatusTooManyRequests)
+			return
+		}
 		if err != nil || !ok {
 			refusals.note("Refused a metrics request: not authenticated", err)
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
@@ -133,4 +143,81 @@ func (r *refusalLog) note(msg string, err error, keysAndValues ...any) {
 		}
 		r.log.Info(msg, kv...)
 	})
+}
+
+const (
+	// rejectedTokenTTL is how long a token the API server rejected is
+	// refused without asking again (the authorizer's deny cache TTL): the
+	// delegating authenticator caches no rejection (it sees an error).
+	rejectedTokenTTL = 30 * time.Second
+	// acceptedTokenTTL is the authenticator's own cache TTL: a token it
+	// accepted within it is answered from that cache, not reviewed.
+	acceptedTokenTTL = time.Minute
+	// unknownTokenReviews and unknownTokenBurst budget the TokenReviews of
+	// tokens neither cache knows: anyone who reaches the port can send
+	// fresh tokens, each one a request to the API server, and a scraper
+	// whose cached review expired would queue behind them. A few
+	// scrapers, each reviewed once a minute, need far less.
+	unknownTokenReviews = 2 // per second
+	unknownTokenBurst   = 10
+	// tokenCacheSize bounds each cache (at most the budget's reviews per
+	// TTL enter it).
+	tokenCacheSize = 4096
+)
+
+// errReviewBudgetSpent: a token neither cache knows, and no TokenReview
+// left in the budget.
+var errReviewBudgetSpent = errors.New("too many TokenReviews of unknown tokens")
+
+// reviewBudget wraps the delegating authenticator: a token it rejected is
+// refused again for rejectedTokenTTL without a TokenReview, and tokens
+// not seen recently are reviewed within a token bucket. Tokens are kept
+// as their SHA-256, never in the clear.
+type reviewBudget struct {
+	authn    authenticator.Request
+	rejected *utilcache.LRUExpireCache
+	accepted *utilcache.LRUExpireCache
+	unknown  *rate.Limiter
+}
+
+func newReviewBudget(authn authenticator.Request) *reviewBudget {
+	return &reviewBudget{
+		authn:    authn,
+		rejected: utilcache.NewLRUExpireCache(tokenCacheSize),
+		accepted: utilcache.NewLRUExpireCache(tokenCacheSize),
+		unknown:  rate.NewLimiter(unknownTokenReviews, unknownTokenBurst),
+	}
+}
+
+func (b *reviewBudget) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
+	token, ok := bearerToken(req)
+	if !ok {
+		return b.authn.AuthenticateRequest(req) // no TokenReview without a token
+	}
+	key := sha256.Sum256([]byte(token))
+	if _, rejected := b.rejected.Get(key); rejected {
+		return nil, false, nil
+	}
+	if _, accepted := b.accepted.Get(key); !accepted && !b.unknown.Allow() {
+		return nil, false, errReviewBudgetSpent
+	}
+	res, ok, err := b.authn.AuthenticateRequest(req)
+	// A rejection and a failed review look alike (both errors): either
+	// way the token is refused for a while, at worst a scrape or two.
+	if err != nil || !ok {
+		b.rejected.Add(key, struct{}{}, rejectedTokenTTL)
+	} else {
+		b.accepted.Add(key, struct{}{}, acceptedTokenTTL)
+	}
+	return res, ok, err
+}
+
+// bearerToken is the token of an "Authorization: Bearer" header, as the
+// bearer token authenticator reads it.
+func bearerToken(req *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(req.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
+		return "", false
+	}
+	return token, true
 }
