@@ -115,26 +115,9 @@ func TestUpgradeDoesNotMoveClaimsThroughAnnotations(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	root, err := environment.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	manager, err := environment.BuildManager(ctx, root, dir, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := environment.Start(ctx, environment.Options{
-		Dir: filepath.Join(dir, "env"), RepoRoot: root, Manager: manager, BeforeInstall: leavePlantedAnnotations,
+	_, k8s := startUpgraded(ctx, t, environment.Options{
+		BeforeInstall: leavePlantedAnnotations,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
-	k8s, err := environment.AdminClient(env)
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// A create of the same claim, as the tenant would send it now.
 	create := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "web-now"},

@@ -5,7 +5,6 @@ package upgrade
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -41,19 +40,10 @@ func TestEarlierReleaseCannotGrantAMovedClaimDuringARollingUpgrade(t *testing.T)
 	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	root, err := environment.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	manager, err := environment.BuildManager(ctx, root, dir, true)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A rolling upgrade: the earlier release's manager still holds the
 	// lease; this release's replica serves the webhooks and the conversion.
-	env, err := environment.Start(ctx, environment.Options{
-		Dir: filepath.Join(dir, "env"), RepoRoot: root, Manager: manager, ManagerArgs: []string{"--leader-elect"},
+	env, k8s := startUpgraded(ctx, t, environment.Options{
+		ManagerArgs: []string{"--leader-elect"},
 		BeforeInstall: func(ctx context.Context, cp *controlplane.ControlPlane) error {
 			if err := leavePlantedAnnotations(ctx, cp); err != nil {
 				return err
@@ -61,14 +51,6 @@ func TestEarlierReleaseCannotGrantAMovedClaimDuringARollingUpgrade(t *testing.T)
 			return holdLeaseAsEarlierRelease(ctx, cp)
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
-	k8s, err := environment.AdminClient(env)
-	if err != nil {
-		t.Fatal(err)
-	}
 	old, err := legacyClient(env.ControlPlane.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -206,26 +206,9 @@ func TestUpgradeFromV1alpha1Storage(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard()) // the clients' warnings are v1alpha1's deprecation
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	root, err := environment.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	manager, err := environment.BuildManager(ctx, root, dir, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := environment.Start(ctx, environment.Options{
-		Dir: filepath.Join(dir, "env"), RepoRoot: root, Manager: manager, BeforeInstall: leaveV1alpha1Objects,
+	env, k8s := startUpgraded(ctx, t, environment.Options{
+		BeforeInstall: leaveV1alpha1Objects,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
-	k8s, err := environment.AdminClient(env)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// v1alpha1 is not served by default: its clients are told so.
 	unserved, err := legacyClient(env.Config)
 	if err != nil {
@@ -441,4 +424,32 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() (bool, 
 	if err != nil {
 		t.Fatalf("%s: %v; last: %s", what, err, last)
 	}
+}
+
+// startUpgraded starts this release's manager, from the binary built with
+// the race detector, over what opts.BeforeInstall left on the bare control
+// plane (the earlier release's objects), and returns the environment,
+// stopped when the test ends, and an admin client.
+func startUpgraded(ctx context.Context, t *testing.T, opts environment.Options) (*environment.Environment, client.Client) {
+	t.Helper()
+	root, err := environment.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	manager, err := environment.BuildManager(ctx, root, dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Dir, opts.RepoRoot, opts.Manager = filepath.Join(dir, "env"), root, manager
+	env, err := environment.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Stop)
+	k8s, err := environment.AdminClient(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, k8s
 }
