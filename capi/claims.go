@@ -265,6 +265,14 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 		return result, r.releaseClaim(ctx, claim)
 	}
 	if missing {
+		// The contract leaves it alone until the Cluster appears (a
+		// Cluster event requeues it), but a claim with no status at all
+		// does not say why it waits: one that holds nothing says so. A
+		// bound claim whose Cluster went first keeps its address.
+		if claim.Status.AddressRef.Name == "" && addr == nil {
+			return result, r.refuse(ctx, claim, ledger.AddressDecision{Reason: reasonClusterNotFound,
+				Message: fmt.Sprintf("Cluster %s does not exist in namespace %s: the claim waits for it (check the claim's cluster name)", clusterName(claim), claim.Namespace)})
+		}
 		return result, nil
 	}
 	if wait := r.awaitItsAddress(ctx, claim, addr); wait > 0 {
@@ -517,6 +525,11 @@ func (r *ClaimReconciler) catchUp(ctx context.Context) error {
 	r.caughtUp = true
 	return nil
 }
+
+// reasonClusterNotFound: a claim names a Cluster that does not exist (its
+// Ready condition's reason; not one of the contract's, which has none for
+// it).
+const reasonClusterNotFound = "ClusterNotFound"
 
 // clusterState reads the named Cluster once and says whether an object of
 // the namespace with these annotations is paused (by its own paused

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -687,5 +688,48 @@ func TestConflictOfAnOptimisticStatusWriteRequeuesQuietly(t *testing.T) {
 	w.reconcile("c1")
 	if c, _ := w.claim("c1"); c.Status.AddressRef.Name != "c1" {
 		t.Errorf("claim c1 not bound once the cache caught up: %+v", c.Status)
+	}
+}
+
+// A claim of a Cluster that does not exist (a typo in its cluster name)
+// says so, instead of showing no status at all; Cluster API's contract
+// leaves it otherwise alone until the Cluster appears. A bound claim whose
+// Cluster went first keeps its address.
+func TestClaimOfAMissingClusterSaysSo(t *testing.T) {
+	ctx := context.Background()
+	w := newStage(t, "10.1.0.0/29", time.Hour)
+	w.claims.Clusters = true
+	c := w.createClaim("c1")
+	c.Spec.ClusterName = "prodd"
+	if err := w.api.Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	w.reconcile("c1")
+	c, _ = w.claim("c1")
+	cond := meta.FindStatusCondition(c.Status.Conditions, capiipam.IPAddressClaimReadyCondition)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != reasonClusterNotFound || !strings.Contains(cond.Message, "Cluster prodd does not exist") {
+		t.Fatalf("claim of a missing Cluster: %+v", c.Status)
+	}
+	if _, ok := w.address("c1"); ok {
+		t.Fatal("an address was handed to a claim of a missing Cluster")
+	}
+
+	// Bound while its Cluster existed, then the Cluster went first.
+	w.claims.Clusters = false
+	w.createClaim("c2")
+	w.reconcile("c2")
+	w.reconcile("c2")
+	w.claims.Clusters = true
+	c2, _ := w.claim("c2")
+	if c2.Status.AddressRef.Name != "c2" {
+		t.Fatalf("claim c2 not bound: %+v", c2.Status)
+	}
+	c2.Spec.ClusterName = "gone"
+	if err := w.api.Update(ctx, c2); err != nil {
+		t.Fatal(err)
+	}
+	w.reconcile("c2")
+	if c2, _ = w.claim("c2"); c2.Status.AddressRef.Name != "c2" || !meta.IsStatusConditionTrue(c2.Status.Conditions, capiipam.IPAddressClaimReadyCondition) {
+		t.Errorf("a bound claim lost its address when its Cluster went: %+v", c2.Status)
 	}
 }

@@ -22,7 +22,7 @@ var (
 	})
 	refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "subnet_operator_ip_address_claim_refusals_total",
-		Help: "IPAddressClaims that got no address, by the contract's reason (PoolNotReady, PoolExhausted, AllocationFailed), counted when the reason changes.",
+		Help: "IPAddressClaims that got no address, by reason (the contract's PoolNotReady, PoolExhausted, AllocationFailed, and ClusterNotFound), counted when the reason changes.",
 	}, []string{"reason"})
 	boundLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "subnet_operator_ip_address_claim_bind_seconds",
