@@ -113,6 +113,41 @@ func (l *Ledger) HeldLeftOutside(namespace, pool string, from, to netip.Prefix, 
 	return c.found, len(c.seen)
 }
 
+// HeldOutsideLengths returns, for a pool whose prefix length bounds change
+// to [min, max], up to limit of its claims in namespace viewer whose held
+// range is of a length outside them, and how many such claims it has in
+// every namespace: they keep their ranges, which the pool's new rules
+// would not grant. O(the pool's held ranges): asked only when the bounds
+// tighten.
+func (l *Ledger) HeldOutsideLengths(namespace, pool, viewer string, min, max int, limit int) (named []Claimant, total int) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	s := l.b.slots[poolIDOf(namespace, pool)]
+	if s == nil {
+		return nil, 0
+	}
+	c := collector{limit: limit, seen: map[claimID]bool{}}
+	// Every held range, of both families: a claim may hold one outside
+	// the range the pool serves now.
+	for _, all := range []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")} {
+		s.index.Overlapping(all, func(e ipspace.Entry[claimID]) bool {
+			held := l.b.claim(e.Owner)
+			if held == nil || held.holds() != e.Prefix || c.seen[e.Owner] || (e.Prefix.Bits() >= min && e.Prefix.Bits() <= max) {
+				return true
+			}
+			total++
+			if e.Owner.namespace() == viewer {
+				c.add(e)
+			} else {
+				c.seen[e.Owner] = true
+			}
+			return true
+		})
+	}
+	c.sort()
+	return c.found, total
+}
+
 // HeldOverlapping returns up to limit claims of a pool whose held range
 // overlaps p, and how many there are: what a new reserved range would
 // cover. O(L log n + k).

@@ -234,3 +234,28 @@ func TestNamespaceReadsAreBounded(t *testing.T) {
 		t.Errorf("%d namespace reads and %d refusals for 50 made-up namespaces; want 5 and 45", gets, refused)
 	}
 }
+
+// Narrowing the prefix lengths a pool grants below claims it holds warns
+// its owners: the claims keep their ranges. The pool's own namespace's
+// claims are named, the others counted.
+func TestTightenedLengthsWarn(t *testing.T) {
+	w := limitsWorld(nil)
+	w.add(allocated(claimOn("netops", "wide", "10.0.0.0/24"), "10.0.0.0/24"))
+	w.add(allocated(claimOn("netops", "narrow", "10.0.1.0/28"), "10.0.1.0/28"))
+	w.add(allocated(claimOn("team-a", "tiny", "10.0.2.0/29"), "10.0.2.0/29"))
+	before := pool("corp", "10.0.0.0/16")
+	before.Namespace = "netops"
+	before.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	w.add(before)
+	after := before.DeepCopy()
+	after.Spec.MaxPrefixLength = ptr.To(int32(26))
+	warnings, err := w.poolValidator().ValidateUpdate(withUpdate(before), before, after)
+	want := "2 claims of this pool hold a range of a length outside /0-/26: Subnet netops/narrow (10.0.1.0/28), 1 more claim; they keep their ranges (nothing is revoked), new claims get lengths inside the bounds"
+	if err != nil || len(warnings) != 1 || warnings[0] != want {
+		t.Errorf("warnings %q, err %v; want %q", warnings, err, want)
+	}
+	// Loosening warns of nothing.
+	if warnings, err := w.poolValidator().ValidateUpdate(withUpdate(after), after, before); err != nil || len(warnings) != 0 {
+		t.Errorf("loosening: warnings %q, err %v", warnings, err)
+	}
+}

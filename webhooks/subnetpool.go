@@ -192,7 +192,7 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 	if len(res.errs) > 0 {
 		return finish(ctx, statuscalc.KindSubnetPool, poolGK, name, res, nil)
 	}
-	warnings := v.capsLowered(old, p)
+	warnings := append(v.capsLowered(old, p), v.lengthsTightened(old, p)...)
 	// Unchanged range, reserved ranges and parent: nothing else to check
 	// (status updates, labels, the finalizer).
 	if old != nil && old.Spec.CIDR == p.Spec.CIDR && slices.Equal(old.Spec.Reserved, p.Spec.Reserved) {
@@ -269,6 +269,42 @@ func (v *SubnetPoolValidator) capsLowered(old, p *ipamv1.SubnetPool) admission.W
 	return admission.Warnings{fmt.Sprintf(
 		"namespaces %s already hold more than spec.allowedNamespaces.perNamespace allows each namespace: their claims keep their ranges; their new claims are refused, or wait (reason %s), until they are back under it",
 		list, ipamv1.ReasonNamespaceQuotaExceeded)}
+}
+
+// lengthsTightened warns the pool's owners when an update narrows the
+// prefix lengths it grants below claims it holds: they keep their ranges
+// (nothing is revoked), which the new rules would not grant. It names the
+// claims of the pool's own namespace and counts the others, whose names
+// are their namespaces' business.
+func (v *SubnetPoolValidator) lengthsTightened(old, p *ipamv1.SubnetPool) admission.Warnings {
+	if old == nil {
+		return nil
+	}
+	bound := func(b *int32, def int) int {
+		if b == nil {
+			return def
+		}
+		return int(*b)
+	}
+	oldMin, oldMax := bound(old.Spec.MinPrefixLength, 0), bound(old.Spec.MaxPrefixLength, 128)
+	newMin, newMax := bound(p.Spec.MinPrefixLength, 0), bound(p.Spec.MaxPrefixLength, 128)
+	if newMin <= oldMin && newMax >= oldMax {
+		return nil
+	}
+	named, total := v.Ledger.HeldOutsideLengths(p.Namespace, p.Name, p.Namespace, newMin, newMax, maxNamed)
+	if total == 0 {
+		return nil
+	}
+	parts := make([]string, 0, len(named)+1)
+	for _, c := range named {
+		parts = append(parts, fmt.Sprintf("%s (%s)", c.Ref, c.Range))
+	}
+	if others := total - len(named); others > 0 {
+		parts = append(parts, fmt.Sprintf("%d more %s", others, plural(others, "claim", "claims")))
+	}
+	return admission.Warnings{fmt.Sprintf(
+		"%d %s of this pool %s a range of a length outside /%d-/%d: %s; they keep their ranges (nothing is revoked), new claims get lengths inside the bounds",
+		total, plural(total, "claim", "claims"), plural(total, "holds", "hold"), newMin, newMax, strings.Join(parts, ", "))}
 }
 
 // plural picks the word for count.
