@@ -117,7 +117,14 @@ func (d *driver) sendV1alpha1(ctx context.Context, r *request, rec *opRecord) (h
 		if annotations == nil {
 			annotations = map[string]string{}
 		}
-		annotations[annotation] = r.v1alpha1.foreign + "/" + ref
+		current, target := annotations[annotation], r.v1alpha1.foreign+"/"+ref
+		if current == "" {
+			current = rec.Namespace + "/" + ref
+		}
+		if target == current {
+			break // it already names that namespace's pool: nothing moves
+		}
+		annotations[annotation] = target
 		o.SetAnnotations(annotations)
 		hostile = true
 	case v1alpha1NewGateway:
