@@ -27,7 +27,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
@@ -68,22 +67,7 @@ func startReviewServer(t *testing.T, tlsOpts ...func(*tls.Config)) *reviewServer
 	// What the builder registers for a type with a conversion (builder/webhook.go).
 	srv.Register(conversionPath, conversion.NewWebhookHandler(runtime.NewScheme(), conversion.NewRegistry()))
 	srv.Register("/validate", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprint(w, "answered") }))
-	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), ctrl.Log))
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	started := srv.StartedChecker()
-	for deadline := time.Now().Add(10 * time.Second); started(nil) != nil; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the webhook server did not start: %v", started(nil))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	serveUntilTheTestEnds(t, srv)
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(servingCA.pem)
 	return &reviewServer{f: f, roots: roots, clientCA: clientCA, clientCAs: clientCAs, srv: srv}

@@ -19,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 )
 
 // testCA signs certificates for the tests.
@@ -124,22 +126,7 @@ func TestWebhookServerRequiresTheClientCertificate(t *testing.T) {
 	answer := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprint(w, "answered") })
 	srv.Register("/validate", answer)
 	srv.Register(conversionPath, answer)
-	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), ctrl.Log))
-	done := make(chan error, 1)
-	go func() { done <- srv.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	started := srv.StartedChecker()
-	for deadline := time.Now().Add(10 * time.Second); started(nil) != nil; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the webhook server did not start: %v", started(nil))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	serveUntilTheTestEnds(t, srv)
 
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(servingCA.pem)
@@ -195,4 +182,24 @@ func TestWebhookServerRequiresTheClientCertificate(t *testing.T) {
 		t.Error("a file without a certificate was read as a CA")
 	}
 	answered(f.webhookPort, "/validate", rotatedCA.clientCert(t), http.StatusOK, "the rotated CA's certificate after a bad read")
+}
+
+// serveUntilTheTestEnds starts srv, stops it when the test ends, and waits
+// until it serves.
+func serveUntilTheTestEnds(t *testing.T, srv webhook.Server) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), ctrl.Log))
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	started := srv.StartedChecker()
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return started(nil) == nil, nil }); err != nil {
+		t.Fatalf("the webhook server did not start: %v", started(nil))
+	}
 }
