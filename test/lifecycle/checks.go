@@ -183,7 +183,10 @@ func subnetReasons(w *world, s *obj) (map[string][]*obj, string) {
 		if hs := overlappingHolders(holders, x); len(hs) > 0 {
 			out[ipamv1.ReasonOverlaps] = hs
 		}
-		return out, fmt.Sprintf("%s lies inside %s %s, off reserved %v, in bounds, and overlaps no held range", x, p.key(), served, p.Reserved)
+		if overCaps(p, holders, s.Namespace, ipspace.AddressCount(x)) {
+			out[ipamv1.ReasonNamespaceQuotaExceeded] = nil
+		}
+		return out, fmt.Sprintf("%s lies inside %s %s, off reserved %v, in bounds, overlaps no held range and fits its namespace's caps", x, p.key(), served, p.Reserved)
 	}
 	length := s.PrefixLength
 	if length == nil {
@@ -199,7 +202,28 @@ func subnetReasons(w *world, s *obj) (map[string][]*obj, string) {
 	if !hasBlock(free, int(*length)) {
 		out[ipamv1.ReasonPoolExhausted] = nil
 	}
-	return out, fmt.Sprintf("/%d is in bounds and %s has free blocks %v", *length, p.key(), free)
+	if overCaps(p, holders, s.Namespace, new(big.Int).Lsh(big.NewInt(1), uint(served.Addr().BitLen()-int(*length)))) {
+		out[ipamv1.ReasonNamespaceQuotaExceeded] = nil
+	}
+	return out, fmt.Sprintf("/%d is in bounds, %s has free blocks %v, and it fits its namespace's caps", *length, p.key(), free)
+}
+
+// overCaps: a claim of namespace asking for size addresses would take the
+// namespace past pool p's per-namespace caps (the pool's own namespace is
+// not capped), given the claims that hold ranges in p.
+func overCaps(p *obj, holders []*obj, namespace string, size *big.Int) bool {
+	if namespace == p.Namespace {
+		return false
+	}
+	maxClaims, maxAddresses := capsOf(p)
+	claims, addresses := int64(1), new(big.Int).Set(size)
+	for _, h := range holders {
+		if h.Namespace == namespace && h.held().IsValid() {
+			claims++
+			addresses.Add(addresses, ipspace.AddressCount(h.held()))
+		}
+	}
+	return (maxClaims >= 0 && claims > maxClaims) || (maxAddresses != nil && addresses.Cmp(maxAddresses) > 0)
 }
 
 func describeReasons(m map[string][]*obj) string {
@@ -371,8 +395,13 @@ func poolReasons(w *world, p *obj) (justified map[string]string, outsideCounts [
 		justified[ipamv1.ReasonOutOfRange] = fmt.Sprintf("%s not inside %s %s or on its reserved %v", x, parent.key(), parentServed, parent.Reserved)
 		changeOK = false
 	}
-	if hs := overlappingHolders(w.holders(p.Ref, p.key()), x); len(hs) > 0 {
+	siblings := w.holders(p.Ref, p.key())
+	if hs := overlappingHolders(siblings, x); len(hs) > 0 {
 		justified[ipamv1.ReasonOverlaps] = fmt.Sprintf("%s overlaps %s", x, keys(hs))
+		changeOK = false
+	}
+	if overCaps(parent, siblings, p.Namespace, ipspace.AddressCount(x)) {
+		justified[ipamv1.ReasonNamespaceQuotaExceeded] = fmt.Sprintf("%s would take namespace %s past %s's per-namespace caps", x, p.Namespace, parent.key())
 		changeOK = false
 	}
 	if n := justifyClaimsOutsideChange(w, p, x, held, justified); n > 0 {

@@ -732,3 +732,24 @@ func TestQuota(t *testing.T) {
 		t.Errorf("the pool's own namespace: %v", r.findings)
 	}
 }
+
+// At quiescence (L2), a claim that would take its namespace past the
+// pool's caps may wait NamespaceQuotaExceeded, while it fits otherwise;
+// without caps the same wait is a claim left waiting while it fits.
+func TestQuotaWaitAtQuiescence(t *testing.T) {
+	plat := pool("corp", "", "10.0.0.0/24").serving("10.0.0.0/24").in("netops")
+	plat.Default = ptr.To[int32](26)
+	plat.Allowed = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll, PerNamespace: &ipamv1.NamespaceLimits{MaxClaims: ptr.To[int32](1)}}
+	held := subnet("a", "netops/corp", "10.0.0.0/26", 0).in("team-a").granted("10.0.0.0/26")
+	waiting := subnet("b", "netops/corp", "", 26).in("team-a").waiting(ipamv1.ReasonNamespaceQuotaExceeded, "")
+	labels := map[string]map[string]string{"team-a": nil}
+	if r := checkQuiescent(recorded([]obj{poolWithStatus(plat, 2, 0, []string{"10.0.0.0/26"}), held, waiting}), labels); len(r.findings) != 0 {
+		t.Errorf("a claim over its namespace's cap: %v", r.findings)
+	}
+	uncapped := plat
+	uncapped.Allowed = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
+	r := checkQuiescent(recorded([]obj{poolWithStatus(uncapped, 2, 0, []string{"10.0.0.0/26"}), held, waiting}), labels)
+	if d := cmp.Diff([]string{"L2"}, checksOf(r.findings)); d != "" {
+		t.Errorf("waiting for a cap the pool does not have (-want +got):\n%s\nfindings: %v", d, r.findings)
+	}
+}
