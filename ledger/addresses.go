@@ -381,6 +381,8 @@ func (b *book) decideAddress(sa *subnetAddresses, sid claimID, name string, clai
 			reason = ipamv1.ReasonPending
 		}
 		return AddressDecision{Reason: AddressPoolNotReady, Message: fmt.Sprintf("Subnet %s is not Ready (%s)", subnetName, reason)}
+	case b.contested(c):
+		return AddressDecision{Reason: AddressPoolNotReady, Message: fmt.Sprintf("the range Subnet %s shows is held by another claim (a restored or hand-written status); no address is handed out from it", subnetName)}
 	}
 	plan := PlanAddresses(c.held, c.gatewayAddr())
 	sa.count(plan.CIDR)

@@ -80,6 +80,9 @@ func (l *Ledger) DecideSubnet(namespace, name string, uid types.UID) (Decision, 
 
 func (b *book) decideSubnet(c *claim) (Decision, []claimID) {
 	if held := c.holds(); held.IsValid() {
+		if d, lost := b.lostToSubnet(c); lost {
+			return d, nil
+		}
 		return allocated(c), nil
 	}
 	if c.invalidSpec {
@@ -122,6 +125,48 @@ func (b *book) decideSubnet(c *claim) (Decision, []claimID) {
 	}
 	b.assume(s, c, p)
 	return allocated(c), wake
+}
+
+// lostToSubnet reports whether c's held range collides with a range another
+// Subnet held first (heldFirst), and the decision that takes it back: c is
+// not Ready and its status drops the range, after which it is judged as any
+// request (a prefixLength is allocated elsewhere, a spec.cidr waits
+// Overlaps). Only a restored or hand-written status gets here; a range the
+// arbiter grants never collides.
+//
+// A collision with a child pool's range keeps the Subnet as it is (reported
+// only): child pools and Subnets come through two informers, and one may
+// lag behind the other after a hand-over, so the collision may not be real.
+// Two Subnets come through one informer, in the order the API wrote them.
+func (b *book) lostToSubnet(c *claim) (Decision, bool) {
+	s := b.slots[c.pool]
+	if _, collided := s.collisions[c.id]; !collided {
+		return Decision{}, false
+	}
+	held := c.held
+	var winner *claim
+	s.index.Overlapping(held, func(e ipspace.Entry[claimID]) bool {
+		other := b.claim(e.Owner)
+		if other == nil || other == c || !slices.ContainsFunc(other.placed, func(q netip.Prefix) bool { return q.Overlaps(held) }) {
+			return true
+		}
+		if other.key().Kind() != statuscalc.KindSubnet {
+			winner = nil
+			return false
+		}
+		winner = other
+		return true
+	})
+	if winner == nil {
+		return Decision{}, false
+	}
+	holder := "a claim in another namespace"
+	if ns := winner.id.namespace(); ns == c.id.namespace() || ns == c.pool.namespace() {
+		holder = winner.id.ref().String()
+	}
+	return Decision{Reason: ipamv1.ReasonOverlaps, Winner: winner.id.ref(),
+		Message: fmt.Sprintf("the status showed %s, which the arbiter did not grant to this Subnet (a restored or hand-written status): %s holds it; the range is dropped and this claim decided again",
+			held, holder)}, true
 }
 
 // DecidePool decides whether the pool with this name and UID serves a range:
@@ -454,6 +499,7 @@ func (b *book) outsideResize(c *claim) map[claimID]struct{} {
 func (b *book) assume(s *slot, c *claim, p netip.Prefix) {
 	b.indexClaim(s, c, false)
 	c.assumed, c.placed = p, []netip.Prefix{p}
+	c.heldSince = b.tick()
 	delete(s.collisions, c.id)
 	b.indexClaim(s, c, true)
 	s.noteWaiting(c)

@@ -19,6 +19,7 @@
 package ledger
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"strings"
@@ -139,6 +140,13 @@ type claim struct {
 	// and is writing. The claim holds assumed if valid, else held.
 	held    netip.Prefix
 	assumed netip.Prefix
+	// heldSince orders claims whose held ranges collide: the ledger's
+	// event count when the claim was granted its range or the API first
+	// showed it, 0 for a range the claim already showed when the ledger
+	// first saw it (the start-up list, where age decides). A status that
+	// a restore or a hand writes over a range another claim holds is seen
+	// after that claim's, and loses to it whatever the objects' ages.
+	heldSince uint64
 	// placed are the ranges of the claim's footprint held in its pool's
 	// free-space map. A range that collides with another claim's (a
 	// bypassed arbiter, a hand-written status) is not placed; the claim is
@@ -567,6 +575,14 @@ type book struct {
 	// the default space's while no AddressSpace named default exists.
 	spaces       map[string]consent
 	defaultSpace consent
+	// events counts the claims' range changes, for claim.heldSince.
+	events uint64
+}
+
+// tick returns the next number in the order of range changes.
+func (b *book) tick() uint64 {
+	b.events++
+	return b.events
 }
 
 type namespaceRecord struct {
@@ -819,6 +835,10 @@ func (b *book) upsertClaim(next *claim) change {
 	if old.assumed.IsValid() && next.held == old.assumed {
 		old.assumed = netip.Prefix{}
 		s.sweep = true
+	} else if next.held.IsValid() && next.held != old.held {
+		// A range this ledger did not grant: another leader's grant, or a
+		// status restored or written by hand.
+		old.heldSince = b.tick()
 	}
 	if old.requested != next.requested && next.requested.IsValid() {
 		s.sweep = true // a child pool asks for a new range
@@ -1027,7 +1047,7 @@ func (b *book) holderOverlapping(s *slot, c *claim, p netip.Prefix) *claim {
 	return found
 }
 
-// replaceCollisions retries, oldest first, the held ranges that collided.
+// replaceCollisions retries, first holder first, the held ranges that collided.
 func (b *book) replaceCollisions(s *slot) {
 	if len(s.collisions) == 0 || s.space == nil {
 		return
@@ -1036,7 +1056,7 @@ func (b *book) replaceCollisions(s *slot) {
 	for key := range s.collisions {
 		unplaced = append(unplaced, s.claims[key])
 	}
-	slices.SortFunc(unplaced, olderClaim)
+	slices.SortFunc(unplaced, heldFirst)
 	for _, c := range unplaced {
 		if _, still := s.collisions[c.id]; !still {
 			continue // a rebuild placed it
@@ -1044,6 +1064,16 @@ func (b *book) replaceCollisions(s *slot) {
 		delete(s.collisions, c.id)
 		b.place(s, c)
 	}
+}
+
+// heldFirst orders claims whose held ranges collide: the one that held its
+// range first, in the ledger's order of events; among ranges the start-up
+// list showed, the older claim.
+func heldFirst(a, b *claim) int {
+	if c := cmp.Compare(a.heldSince, b.heldSince); c != 0 {
+		return c
+	}
+	return olderClaim(a, b)
 }
 
 func olderClaim(a, b *claim) int {
@@ -1093,9 +1123,10 @@ func (b *book) rebuildSpace(s *slot) bool {
 //     whole served range is kept from other claims;
 //   - a held range on a reserved range is placed and carved out of the
 //     reserved space, and marked outside;
-//   - held ranges that collide (only a bypassed arbiter or a hand-written
-//     status does that) are placed oldest first; the younger are reported
-//     and their ranges kept from other claims too.
+//   - held ranges that collide (only a bypassed arbiter or a restored or
+//     hand-written status does that) are placed in heldFirst order; the
+//     others are reported and their ranges kept from other claims too
+//     (a Subnet among them is not Ready: decideSubnet).
 //
 // Both outside cases are reported as ClaimsOutside.
 func (b *book) buildSpace(s *slot) {
@@ -1138,8 +1169,8 @@ func (b *book) buildSpace(s *slot) {
 	}
 	space, err := ipspace.NewSpaceHolding(s.serving, keptAround(reserved, kept, all(inside)), all(inside))
 	if err != nil {
-		// Some held ranges collide: the older keeps its range.
-		slices.SortFunc(inside, olderClaim)
+		// Some held ranges collide: the first to hold keeps its range.
+		slices.SortFunc(inside, heldFirst)
 		probe := ipspace.NewSpace(s.serving, nil)
 		var winners []*claim
 		for _, c := range inside {

@@ -394,6 +394,26 @@ func (b *book) conflicts(s *slot) []statuscalc.Conflict {
 	return out
 }
 
+// Contested reports whether a Subnet's held range collides with a range
+// another claim held first (a restored or hand-written status): the
+// arbiter does not stand behind it, so it is neither recorded in spec nor
+// handed out address by address.
+func (l *Ledger) Contested(namespace, name string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	c := l.b.claim(idOf(namespace, SubnetKey(name)))
+	return c != nil && l.b.contested(c)
+}
+
+func (b *book) contested(c *claim) bool {
+	s := b.slots[c.pool]
+	if s == nil {
+		return false
+	}
+	_, collided := s.collisions[c.id]
+	return collided
+}
+
 // Object is a namespaced name the ledger knows.
 type Object struct{ Namespace, Name string }
 

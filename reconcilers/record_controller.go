@@ -125,7 +125,8 @@ func needsRecord(s *ipamv1.Subnet) bool {
 }
 
 // Reconcile records the range of the Subnet the ledger shows, if it needs
-// one.
+// one and the arbiter stands behind it (not Contested: a restored status
+// over another claim's range is taken back, not made durable).
 //
 // The record is written after the status, never before: spec.cidr then only
 // ever names a range the API already shows the Subnet holding, so a new
@@ -138,7 +139,7 @@ func needsRecord(s *ipamv1.Subnet) bool {
 // status up to it on the event.
 func (r *AllocationRecorder) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	s, ok := r.Ledger.Subnet(req.Namespace, req.Name)
-	if !ok || !needsRecord(s) {
+	if !ok || !needsRecord(s) || r.Ledger.Contested(req.Namespace, req.Name) {
 		return reconcile.Result{}, nil
 	}
 	// Both waits end early only when the controller stops (leadership
@@ -148,7 +149,7 @@ func (r *AllocationRecorder) Reconcile(ctx context.Context, req reconcile.Reques
 		return reconcile.Result{}, nil
 	}
 	// The wait may have been long: record what the ledger shows now.
-	if s, ok = r.Ledger.Subnet(req.Namespace, req.Name); !ok || !needsRecord(s) {
+	if s, ok = r.Ledger.Subnet(req.Namespace, req.Name); !ok || !needsRecord(s) || r.Ledger.Contested(req.Namespace, req.Name) {
 		return reconcile.Result{}, nil
 	}
 	ops := []jsonPatchOp{
