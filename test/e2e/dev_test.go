@@ -16,7 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,8 +29,34 @@ import (
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
+// devRun is a running `make dev` program and what it printed.
+type devRun struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string
+}
+
+// find returns the submatches of the first line printed that matches re.
+func (r *devRun) find(re *regexp.Regexp) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, line := range r.lines {
+		if m := re.FindStringSubmatch(line); m != nil {
+			return m
+		}
+	}
+	return nil
+}
+
+// tail returns the last n lines printed.
+func (r *devRun) tail(n int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.lines[max(0, len(r.lines)-n):], "\n")
+}
+
 // startDev starts the `make dev` program and waits for its "ready" line.
-func startDev(t *testing.T, bin, manager, dir string) *exec.Cmd {
+func startDev(t *testing.T, bin, manager, dir string) *devRun {
 	t.Helper()
 	cmd := exec.Command(bin, "--dir", dir, "--manager", manager)
 	cmd.Dir = env.RepoRoot
@@ -43,13 +69,17 @@ func startDev(t *testing.T, bin, manager, dir string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A test that fails on the way leaves no make dev behind (its
+	// processes die with it, by Pdeathsig).
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	run := &devRun{cmd: cmd}
 	ready := make(chan struct{})
 	go func() {
 		scan := bufio.NewScanner(stdout)
 		for scan.Scan() {
-			if m := devCurl.FindStringSubmatch(scan.Text()); m != nil {
-				devWebhook.Store(m[1])
-			}
+			run.mu.Lock()
+			run.lines = append(run.lines, scan.Text())
+			run.mu.Unlock()
 			if scan.Text() == "ready" {
 				close(ready)
 			}
@@ -61,20 +91,25 @@ func startDev(t *testing.T, bin, manager, dir string) *exec.Cmd {
 		_ = cmd.Process.Kill()
 		t.Fatal("make dev did not print ready")
 	}
-	return cmd
+	return run
 }
 
-// devCurl is the curl make dev prints for its webhook port; devWebhook
-// the address it names, from the last run started.
+// What make dev prints: a curl for its webhook port (the address), a curl
+// for the metrics (the command), a kill -9 of the manager (the command),
+// and the restart of a manager that exited.
 var (
-	devCurl    = regexp.MustCompile(`^\s*curl -k https://(127\.0\.0\.1:\d+)/`)
-	devWebhook atomic.Value
+	devCurl        = regexp.MustCompile(`^\s*curl -k https://(127\.0\.0\.1:\d+)/`)
+	devMetricsCurl = regexp.MustCompile(`^\s*(curl .*https://127\.0\.0\.1:\d+/metrics)\s*$`)
+	devKill        = regexp.MustCompile(`^\s*(kill -9 .*)$`)
+	devRestarted   = regexp.MustCompile(`^manager-0 exited \(signal: killed\); restarting in 1s \(restart 1\)$`)
 )
 
 // The promise of the README: `make dev` brings up a live system with the
 // samples; kubectl works against it; a Subnet that overlaps a sample is
-// rejected by the webhook over cert-manager's TLS; Ctrl-C stops everything;
-// and a run that was killed is cleaned up by the next one.
+// rejected by the webhook over cert-manager's TLS; the curl it prints for
+// the metrics works; a manager killed with kill -9 is restarted, as a
+// Deployment's would be, while the control plane stays up; Ctrl-C stops
+// everything; and a run that was killed is cleaned up by the next one.
 func TestMakeDev(t *testing.T) {
 	ctx := context.Background()
 	tmp := t.TempDir()
@@ -92,11 +127,12 @@ func TestMakeDev(t *testing.T) {
 
 	// A first run, killed without warning.
 	first := startDev(t, bin, manager, dir)
-	_ = first.Process.Signal(syscall.SIGKILL)
-	_ = first.Wait()
+	_ = first.cmd.Process.Signal(syscall.SIGKILL)
+	_ = first.cmd.Wait()
 
 	// The second run recovers and works.
-	cmd := startDev(t, bin, manager, dir)
+	run := startDev(t, bin, manager, dir)
+	cmd := run.cmd
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	out, _, err := env.KubectlOutput(ctx, kubeconfig, nil, "get", "subnetpools,subnets", "-A")
 	if err != nil || !strings.Contains(out, "datacenter") || !strings.Contains(out, "Allocated") {
@@ -110,11 +146,19 @@ func TestMakeDev(t *testing.T) {
 	// The webhook answers only the API server: the curl make dev prints,
 	// without a client certificate, fails in the TLS handshake, while
 	// kubectl's requests (above) reached it through the API server.
-	if addr, _ := devWebhook.Load().(string); addr == "" {
+	if m := run.find(devCurl); m == nil {
 		t.Error("make dev printed no curl for its webhook port")
-	} else if err := tlsHandshake(addr); err == nil {
-		t.Errorf("a TLS client without a certificate completed a handshake with make dev's webhook at %s", addr)
+	} else if err := tlsHandshake(m[1]); err == nil {
+		t.Errorf("a TLS client without a certificate completed a handshake with make dev's webhook at %s", m[1])
 	}
+	// The metrics: the curl make dev prints works as printed, in a shell
+	// in the repository, and shows the operator's own metrics.
+	if m := run.find(devMetricsCurl); m == nil {
+		t.Error("make dev printed no curl for the metrics")
+	} else if out, err := inShell(ctx, m[1]); err != nil || !strings.Contains(out, "\nsubnet_operator_") {
+		t.Errorf("%s: %v\n%.2000s", m[1], err, out)
+	}
+
 	// The shared plan: a tenant's Subnet from the platform's pool, and a
 	// namespace that is not a tenant refused.
 	out, _, err = env.KubectlOutput(ctx, kubeconfig, nil, "get", "subnets", "-n", "team-a", "-o", "wide")
@@ -170,6 +214,9 @@ func TestMakeDev(t *testing.T) {
 	if err := everySampleSubnetShowsItsCIDR(ctx, kubeconfig); err != nil {
 		t.Errorf("kubectl get sn -A: %v", err)
 	}
+	// A crash of the manager: make dev restarts it, and says so, while
+	// the control plane stays up; the webhook answers again within 30 s.
+	managerCrashRestarts(ctx, t, run, manager, dir)
 	pidData, err := os.ReadFile(filepath.Join(dir, "pids"))
 	if err != nil {
 		t.Fatal(err)
@@ -188,14 +235,128 @@ func TestMakeDev(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatal("make dev did not stop after Ctrl-C")
 	}
-	for _, f := range strings.Fields(string(pidData)) {
-		pid, _ := strconv.Atoi(f)
+	for pid := range pidsRecorded(pidData) {
 		if err := syscall.Kill(pid, 0); err == nil {
-			if stat, _ := os.ReadFile("/proc/" + f + "/stat"); !strings.Contains(string(stat), ") Z ") {
+			if stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(stat), ") Z ") {
 				t.Errorf("process %d still runs after make dev stopped", pid)
 			}
 		}
 	}
+}
+
+// managerCrashRestarts kills the manager of a make dev run with the kill
+// -9 it printed, and checks that a new manager serves a Subnet's create
+// (through the webhooks, which fail closed) within 30 s, that make dev
+// said it restarted it, and that its pid file names the new one.
+func managerCrashRestarts(ctx context.Context, t *testing.T, run *devRun, manager, dir string) {
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	// The manager as ps shows it: the process running the binary.
+	old, err := pidOf(manager)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if m := run.find(devKill); m != nil {
+		if out, err := inShell(ctx, m[1]); err != nil {
+			t.Errorf("%s: %v %s", m[1], err, out)
+		}
+	} else {
+		t.Error("make dev printed no kill -9 for its manager")
+		_ = syscall.Kill(old, syscall.SIGKILL) // still try the crash
+	}
+	killed := time.Now()
+	// Until the old one is gone, it could still answer.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		pid, _ := pidOf(manager)
+		return pid != old, nil
+	}); err != nil {
+		t.Errorf("the manager (pid %d) still runs after kill -9", old)
+		return
+	}
+	subnet := "apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: after-crash, namespace: default}\nspec: {poolRef: {name: datacenter}}\n"
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second-time.Since(killed), true, func(context.Context) (bool, error) {
+		// Not the poll's context: its deadline would kill kubectl and
+		// hide why the last try failed.
+		_, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(subnet), "create", "-f", "-")
+		last = fmt.Sprintf("%v %s", err, stderr)
+		// AlreadyExists: an earlier try that timed out went through.
+		return err == nil || strings.Contains(stderr, "AlreadyExists"), nil
+	}); err != nil {
+		t.Errorf("no manager served a Subnet's create within 30 s of kill -9: %s\nmake dev printed last:\n%s", last, run.tail(5))
+		return
+	}
+	t.Logf("a Subnet created %s after kill -9 of the manager", time.Since(killed).Round(100*time.Millisecond))
+	if _, stderr, err := env.KubectlOutput(ctx, kubeconfig, nil, "wait", "-n", "default", "--for=condition=Ready", "--timeout=60s", "subnet/after-crash"); err != nil {
+		t.Errorf("the Subnet created after the restart is not Ready: %v %s", err, stderr)
+	}
+	if run.find(devRestarted) == nil {
+		t.Errorf("make dev did not say it restarted the manager (%s); it printed last:\n%s", devRestarted, run.tail(5))
+	}
+	// The next run must be able to stop the new manager if this one
+	// crashes: the pid file names it.
+	current, err := pidOf(manager)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, "pids"))
+	if name := pidsRecorded(data)[current]; name != "manager-0" {
+		t.Errorf("the pid file does not name the restarted manager (pid %d) manager-0:\n%s", current, data)
+	}
+}
+
+// pidOf returns the pid of the one process running binary (its argv[0]),
+// as ps would show it.
+func pidOf(binary string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); argv0 == binary {
+			if stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat"); !strings.Contains(string(stat), ") Z ") {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	if len(pids) != 1 {
+		return 0, fmt.Errorf("%d processes run %s, want 1: %v", len(pids), binary, pids)
+	}
+	return pids[0], nil
+}
+
+// pidsRecorded reads make dev's pid file: "pid name" a line.
+func pidsRecorded(data []byte) map[int]string {
+	pids := map[int]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if pid, err := strconv.Atoi(fields[0]); err == nil {
+			pids[pid] = strings.Join(fields[1:], " ")
+		}
+	}
+	return pids
+}
+
+// inShell runs command with sh in the repository, as a user pastes what
+// make dev printed, and returns its output.
+func inShell(ctx context.Context, command string) (string, error) {
+	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd.Dir = env.RepoRoot
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // devSamples are the sample directories `make dev` applies (hack/dev).

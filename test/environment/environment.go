@@ -78,6 +78,9 @@ type Options struct {
 	// the API server this way (a proxy that delays a watch). Unused for
 	// replicas run from an Image.
 	ReplicaKubeconfig func(ctx context.Context, cp *controlplane.ControlPlane, name string) (string, error)
+	// RestartManagers, when set, restarts a replica whose process exits,
+	// with back-off, as a Deployment's Pod is restarted (restart.go).
+	RestartManagers *RestartPolicy
 }
 
 // Environment is a control plane with the operator installed and running.
@@ -99,6 +102,9 @@ type Environment struct {
 	proxies   []*proxy
 	stopSync  context.CancelFunc
 	syncDone  sync.WaitGroup
+	// stopSupervision ends Options.RestartManagers' restarts.
+	stopSupervision context.CancelFunc
+	supervision     sync.WaitGroup
 }
 
 // Manager is one replica of the manager.
@@ -238,6 +244,9 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 	if err := env.waitAdmissionPolicy(ctx); err != nil {
 		return nil, err
 	}
+	if opts.RestartManagers != nil {
+		env.superviseManagers(opts.RestartManagers)
+	}
 	return env, nil
 }
 
@@ -356,6 +365,12 @@ func (env *Environment) newManager(name string, only bool, urlPorts []int, kubec
 
 // StartManager starts (or restarts) a replica and waits until it is ready.
 func (env *Environment) StartManager(ctx context.Context, m *Manager) error {
+	return env.startManager(ctx, m, nil)
+}
+
+// startManager is StartManager, calling started (if not nil) as soon as
+// the new process runs.
+func (env *Environment) startManager(ctx context.Context, m *Manager, started func()) error {
 	m.logPath = filepath.Join(env.LogDir(), m.Name+".log")
 	m.logFrom = 0
 	if info, err := os.Stat(m.logPath); err == nil {
@@ -372,6 +387,9 @@ func (env *Environment) StartManager(ctx context.Context, m *Manager) error {
 		return err
 	}
 	m.Process = p
+	if started != nil {
+		started()
+	}
 	return m.WaitReady(ctx, 2*time.Minute)
 }
 
@@ -518,6 +536,11 @@ func (env *Environment) waitAdmissionPolicy(ctx context.Context) error {
 // Stop stops the managers, the certificate sync, the proxy and the control
 // plane.
 func (env *Environment) Stop() {
+	// No restart of a replica that Stop stops.
+	if env.stopSupervision != nil {
+		env.stopSupervision()
+		env.supervision.Wait()
+	}
 	for _, m := range env.Managers {
 		if m.Process != nil {
 			m.Process.Stop(15 * time.Second)
