@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
@@ -93,15 +94,17 @@ var (
 	descOverlapping    = prometheus.NewDesc("subnet_operator_pool_overlapping_claims", "Claims of a pool that lose to an overlapping claim.", poolLabels, nil)
 	descNotAllowed     = prometheus.NewDesc("subnet_operator_pool_claims_not_allowed", "Claims of a pool that hold ranges although spec.allowedNamespaces no longer allows their namespace (the ClaimsNotAllowed condition).", poolLabels, nil)
 	descChildren       = prometheus.NewDesc("subnet_operator_pool_child_pools", "Child pools of a pool.", poolLabels, nil)
+	descCarved         = prometheus.NewDesc("subnet_operator_pool_child_pool_addresses", "Addresses of a pool carved into its child pools: the ranges they serve.", poolLabels, nil)
+	descSubnetUse      = prometheus.NewDesc("subnet_operator_pool_subnet_utilization_ratio", "Addresses held by a pool's Subnets over its allocatable addresses not carved into child pools, 0 to 1; absent when child pools take them all (the children are judged themselves).", poolLabels, nil)
 	descSubnets        = prometheus.NewDesc("subnet_operator_pool_subnets", "Subnets of a pool by the Ready reason of their status (Pending before the first status).", append(poolLabels, "reason"), nil)
-	descPoolInfo       = prometheus.NewDesc("subnet_operator_pool_info", "Always 1; its parent and parent_namespace labels join child pools to their parent in dashboards; alerts is \"off\" for a pool opted out of the per-pool alerts by its label, else \"on\".", append(poolLabels, "parent", "parent_namespace", "alerts"), nil)
+	descPoolInfo       = prometheus.NewDesc("subnet_operator_pool_info", "Always 1; its parent and parent_namespace labels join child pools to their parent in dashboards; alerts is \"off\" for a pool opted out of the per-pool alerts by its label, else \"on\"; family is IPv4 or IPv6, empty while the pool serves no range, so that address counts of the two families are charted apart.", append(poolLabels, "parent", "parent_namespace", "alerts", "family"), nil)
 	descRootOverlaps   = prometheus.NewDesc("subnet_operator_address_space_overlapping_root_pools", "Root pools of an address space whose range overlaps another root pool of the space (granted before spaces were kept apart; the AddressSpaceOverlap condition names the other). Exported for the default space always.", []string{"space"}, nil)
 	descLastStatusTime = prometheus.NewDesc("subnetpool_parent_status_last_timestamp_seconds", "When the controller last wrote a pool's status, in Unix seconds.", []string{"ns", "name"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descAllocated, descReserved, descFree, descUtilization, descLargestFree,
-		descAllocatable, descOverlapping, descNotAllowed, descChildren, descSubnets, descPoolInfo, descLastStatusTime, descRootOverlaps} {
+		descAllocatable, descOverlapping, descNotAllowed, descChildren, descCarved, descSubnetUse, descSubnets, descPoolInfo, descLastStatusTime, descRootOverlaps} {
 		ch <- d
 	}
 }
@@ -114,46 +117,79 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for space, n := range overlaps {
 		ch <- prometheus.MustNewConstMetric(descRootOverlaps, prometheus.GaugeValue, float64(n), space)
 	}
+	// A pool's children are read before it is reported: the addresses
+	// carved into them are what its Subnets cannot use.
+	var reports []ledger.PoolReport
+	carved := map[ledger.Object]*big.Int{}
 	c.ledger.Reports(func(r ledger.PoolReport) {
-		labels := []string{r.Namespace, r.Name}
-		gauge := func(d *prometheus.Desc, v float64, extra ...string) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(labels, extra...)...)
-		}
-		alerts := "on"
-		if c.alertsLabel != "" && r.Labels[c.alertsLabel] == "off" {
-			alerts = "off"
-		}
-		gauge(descPoolInfo, 1, r.Parent.Name, r.Parent.Namespace, alerts)
-		gauge(descOverlapping, float64(len(r.Figures.Conflicts)))
-		gauge(descNotAllowed, float64(r.Figures.NotAllowedTotal))
-		gauge(descChildren, float64(r.Figures.ChildPools))
-		for reason, count := range r.SubnetsByReason {
-			if reason == "" {
-				reason = "Pending"
-			}
-			gauge(descSubnets, float64(count), reason)
-		}
-		if t, ok := lastStatus.Load(r.Object); ok {
-			ch <- prometheus.MustNewConstMetric(descLastStatusTime, prometheus.GaugeValue, float64(t.(time.Time).Unix()), r.Namespace, r.Name)
-		}
-		if !r.Figures.Serving.IsValid() {
+		reports = append(reports, r)
+		if r.Parent.Name == "" || !r.Figures.Serving.IsValid() {
 			return
 		}
-		u := r.Figures.Usage
-		toFloat := func(x *big.Int) float64 { f, _ := new(big.Float).SetInt(x).Float64(); return f }
-		gauge(descCapacity, toFloat(u.Capacity))
-		gauge(descAllocated, toFloat(u.Held))
-		gauge(descReserved, toFloat(u.Reserved))
-		gauge(descFree, toFloat(u.Free))
-		allocatable := new(big.Int).Sub(u.Capacity, u.Reserved)
-		gauge(descUtilization, statuscalc.Ratio(u.Held, allocatable))
-		if u.LargestFree.IsValid() {
-			gauge(descLargestFree, float64(u.LargestFree.Bits()))
+		parent := ledger.Object{Namespace: r.Parent.Namespace, Name: r.Parent.Name}
+		if carved[parent] == nil {
+			carved[parent] = new(big.Int)
 		}
-		if r.Figures.Allocatable != nil {
-			gauge(descAllocatable, toFloat(r.Figures.Allocatable))
-		}
+		carved[parent].Add(carved[parent], r.Figures.Usage.Capacity)
 	})
+	for _, r := range reports {
+		c.collectPool(ch, r, carved[r.Object])
+	}
+}
+
+// collectPool reports one pool; carved is the addresses its child pools
+// serve (nil: none).
+func (c *poolCollector) collectPool(ch chan<- prometheus.Metric, r ledger.PoolReport, carved *big.Int) {
+	labels := []string{r.Namespace, r.Name}
+	gauge := func(d *prometheus.Desc, v float64, extra ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(labels, extra...)...)
+	}
+	alerts := "on"
+	if c.alertsLabel != "" && r.Labels[c.alertsLabel] == "off" {
+		alerts = "off"
+	}
+	family := ""
+	if r.Figures.Serving.IsValid() {
+		family = ipspace.Family(r.Figures.Serving.Addr())
+	}
+	gauge(descPoolInfo, 1, r.Parent.Name, r.Parent.Namespace, alerts, family)
+	gauge(descOverlapping, float64(len(r.Figures.Conflicts)))
+	gauge(descNotAllowed, float64(r.Figures.NotAllowedTotal))
+	gauge(descChildren, float64(r.Figures.ChildPools))
+	for reason, count := range r.SubnetsByReason {
+		if reason == "" {
+			reason = "Pending"
+		}
+		gauge(descSubnets, float64(count), reason)
+	}
+	if t, ok := lastStatus.Load(r.Object); ok {
+		ch <- prometheus.MustNewConstMetric(descLastStatusTime, prometheus.GaugeValue, float64(t.(time.Time).Unix()), r.Namespace, r.Name)
+	}
+	if !r.Figures.Serving.IsValid() {
+		return
+	}
+	u := r.Figures.Usage
+	toFloat := func(x *big.Int) float64 { f, _ := new(big.Float).SetInt(x).Float64(); return f }
+	gauge(descCapacity, toFloat(u.Capacity))
+	gauge(descAllocated, toFloat(u.Held))
+	gauge(descReserved, toFloat(u.Reserved))
+	gauge(descFree, toFloat(u.Free))
+	allocatable := new(big.Int).Sub(u.Capacity, u.Reserved)
+	gauge(descUtilization, statuscalc.Ratio(u.Held, allocatable))
+	if u.LargestFree.IsValid() {
+		gauge(descLargestFree, float64(u.LargestFree.Bits()))
+	}
+	if r.Figures.Allocatable != nil {
+		gauge(descAllocatable, toFloat(r.Figures.Allocatable))
+	}
+	if carved == nil {
+		carved = new(big.Int)
+	}
+	subnetSpace := statuscalc.SplitCarved(u, carved)
+	gauge(descCarved, toFloat(subnetSpace.Carved))
+	if subnetSpace.Allocatable.Sign() > 0 {
+		gauge(descSubnetUse, statuscalc.Ratio(subnetSpace.Held, subnetSpace.Allocatable))
+	}
 }
 
 // forgetPool drops what the metrics remember of a deleted pool.

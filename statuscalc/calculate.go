@@ -105,6 +105,32 @@ func LargestFreeBlocks(space *ipspace.Space, limit int) []netip.Prefix {
 	return out
 }
 
+// SubnetSpace is the part of a pool its Subnets use: what is allocatable
+// (capacity minus reserved) and not carved into child pools, and what of
+// it Subnets hold. A root pool carved into team pools is judged on this,
+// not on its whole range: its child pools are judged themselves.
+type SubnetSpace struct {
+	Carved      *big.Int // addresses of the ranges its child pools serve
+	Held        *big.Int // addresses its Subnets hold
+	Allocatable *big.Int // allocatable addresses not carved into child pools
+}
+
+// SplitCarved separates from a pool's usage the addresses carved into its
+// child pools. carved is read from the children's own figures, which can
+// lag the parent's for a moment, so neither result goes below zero.
+func SplitCarved(u ipspace.Usage, carved *big.Int) SubnetSpace {
+	nonNegative := func(x *big.Int) *big.Int {
+		if x.Sign() < 0 {
+			return x.SetInt64(0)
+		}
+		return x
+	}
+	held := nonNegative(new(big.Int).Sub(u.Held, carved))
+	allocatable := new(big.Int).Sub(u.Capacity, u.Reserved)
+	allocatable = nonNegative(allocatable.Sub(allocatable, carved))
+	return SubnetSpace{Carved: new(big.Int).Set(carved), Held: held, Allocatable: allocatable}
+}
+
 // Length returns a prefix-length field as an int, -1 when unset.
 func Length(p *int32) int {
 	if p == nil {
@@ -355,7 +381,8 @@ func claimsNotAllowed(f Figures) metav1.Condition {
 	for _, c := range f.NotAllowed {
 		named = append(named, c.String())
 	}
-	msg := fmt.Sprintf("%d claims hold ranges from namespaces that spec.allowedNamespaces no longer allows: %s", f.NotAllowedTotal, strings.Join(named, ", "))
+	msg := fmt.Sprintf("%s ranges from namespaces that spec.allowedNamespaces no longer allows: %s",
+		Count(f.NotAllowedTotal, "claim holds", "claims hold"), strings.Join(named, ", "))
 	if extra := f.NotAllowedTotal - len(named); extra > 0 {
 		msg += fmt.Sprintf(" and %d more", extra)
 	}
@@ -366,7 +393,7 @@ func claimsNotAllowed(f Figures) metav1.Condition {
 func exhausted(f Figures) metav1.Condition {
 	if f.AllocatableAtExhaustionLength != nil && f.AllocatableAtExhaustionLength.Sign() > 0 {
 		return metav1.Condition{Type: ipamv1.ConditionExhausted, Status: metav1.ConditionFalse, Reason: ipamv1.ReasonFreeBlocksLeft,
-			Message: fmt.Sprintf("%s free /%d blocks left", f.AllocatableAtExhaustionLength, f.ExhaustionLength)}
+			Message: CountBig(f.AllocatableAtExhaustionLength, fmt.Sprintf("free /%d block left", f.ExhaustionLength), fmt.Sprintf("free /%d blocks left", f.ExhaustionLength))}
 	}
 	msg := fmt.Sprintf("no free /%d block left", f.ExhaustionLength)
 	if f.Usage.LargestFree.IsValid() {
@@ -385,12 +412,28 @@ func overlapping(conflicts []Conflict) metav1.Condition {
 	for _, c := range conflicts[:min(len(conflicts), maxConflictsNamed)] {
 		named = append(named, c.String())
 	}
-	msg := fmt.Sprintf("%d claims lose to overlapping claims: %s", len(conflicts), strings.Join(named, "; "))
+	msg := fmt.Sprintf("%s to overlapping claims: %s", Count(len(conflicts), "claim loses", "claims lose"), strings.Join(named, "; "))
 	if extra := len(conflicts) - maxConflictsNamed; extra > 0 {
 		msg += fmt.Sprintf("; and %d more", extra)
 	}
 	return metav1.Condition{Type: ipamv1.ConditionOverlapping, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonClaimsOverlap,
 		Message: msg + "; delete the losing claims or pick free ranges"}
+}
+
+// Count says how many of something there are, in the grammatical number the
+// count asks for: Count(1, "claim loses", "claims lose") is "1 claim loses",
+// Count(3, ...) "3 claims lose". The words come in both forms, so verbs
+// agree too and no English rules are guessed.
+func Count(n int, singular, plural string) string {
+	return CountBig(big.NewInt(int64(n)), singular, plural)
+}
+
+// CountBig is Count for an address or block count, which may not fit an int.
+func CountBig(n *big.Int, singular, plural string) string {
+	if n.IsInt64() && n.Int64() == 1 {
+		return "1 " + singular
+	}
+	return n.String() + " " + plural
 }
 
 // FormatPercent formats part/whole as a percentage with two decimals,

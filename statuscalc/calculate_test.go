@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/ipspace"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -294,5 +295,77 @@ func TestStatusShowsAGrantBeforeItServes(t *testing.T) {
 	st := Status(p, Figures{}, ready)
 	if st.CIDR != "10.0.1.0/24" || st.Capacity != "" {
 		t.Errorf("status.cidr %q capacity %q", st.CIDR, st.Capacity)
+	}
+}
+
+func TestCount(t *testing.T) {
+	for _, tt := range []struct {
+		n    int
+		want string
+	}{{0, "0 claims lose"}, {1, "1 claim loses"}, {2, "2 claims lose"}, {11, "11 claims lose"}} {
+		if got := Count(tt.n, "claim loses", "claims lose"); got != tt.want {
+			t.Errorf("Count(%d) = %q, want %q", tt.n, got, tt.want)
+		}
+	}
+	huge, _ := new(big.Int).SetString("18446744073709551616", 10)
+	for _, tt := range []struct {
+		n    *big.Int
+		want string
+	}{{big.NewInt(1), "1 block"}, {big.NewInt(0), "0 blocks"}, {huge, "18446744073709551616 blocks"}} {
+		if got := CountBig(tt.n, "block", "blocks"); got != tt.want {
+			t.Errorf("CountBig(%s) = %q, want %q", tt.n, got, tt.want)
+		}
+	}
+}
+
+// A condition that counts one thing says so in the singular.
+func TestStatusMessagesCountOneInTheSingular(t *testing.T) {
+	p := pool("10.0.0.0/24", nil)
+	serving := netip.MustParsePrefix(p.Spec.CIDR)
+
+	oneLoser := Calculate(serving, p, []ipamv1.Subnet{subnet("held", 1, "", "10.0.0.0/25"), subnet("late", 2, "10.0.0.0/26", "")}, nil)
+	want := "1 claim loses to overlapping claims: Subnet ns/late (10.0.0.0/26) overlaps Subnet ns/held (10.0.0.0/25); delete the losing claims or pick free ranges"
+	if got := findCondition(Status(p, oneLoser, available).Conditions, ipamv1.ConditionOverlapping).Message; got != want {
+		t.Errorf("Overlapping message\n got %q\nwant %q", got, want)
+	}
+
+	oneNotAllowed := oneLoser
+	oneNotAllowed.NotAllowed = []ClaimRef{{Kind: KindSubnet, Namespace: "team-b", Name: "old"}}
+	oneNotAllowed.NotAllowedTotal = 1
+	want = "1 claim holds ranges from namespaces that spec.allowedNamespaces no longer allows: Subnet team-b/old; they keep their ranges, new claims from those namespaces are refused"
+	if got := findCondition(Status(p, oneNotAllowed, available).Conditions, ipamv1.ConditionClaimsNotAllowed).Message; got != want {
+		t.Errorf("ClaimsNotAllowed message\n got %q\nwant %q", got, want)
+	}
+
+	oneBlock := pool("10.0.0.0/30", nil)
+	f := Calculate(netip.MustParsePrefix("10.0.0.0/30"), oneBlock, []ipamv1.Subnet{subnet("a", 0, "", "10.0.0.0/31"), subnet("b", 0, "", "10.0.0.2/32")}, nil)
+	if got := findCondition(Status(oneBlock, f, available).Conditions, ipamv1.ConditionExhausted).Message; got != "1 free /32 block left" {
+		t.Errorf("Exhausted message %q, want %q", got, "1 free /32 block left")
+	}
+}
+
+// A root carved into team pools leaves its Subnets only what is not
+// carved; the split never goes below zero when the children's figures run
+// ahead of the parent's.
+func TestSplitCarved(t *testing.T) {
+	usage := func(capacity, reserved, held int64) ipspace.Usage {
+		return ipspace.Usage{Capacity: big.NewInt(capacity), Reserved: big.NewInt(reserved), Held: big.NewInt(held)}
+	}
+	for _, tt := range []struct {
+		name                      string
+		u                         ipspace.Usage
+		carved                    int64
+		wantHeld, wantAllocatable int64
+	}{
+		{"carved whole into child pools", usage(65536, 0, 65536), 65536, 0, 0},
+		{"no child pools", usage(256, 16, 200), 0, 200, 240},
+		{"half carved, Subnets in the rest", usage(1024, 0, 612), 512, 100, 512},
+		{"a child counted before the parent holds it", usage(256, 0, 0), 128, 0, 128},
+		{"children larger than what is allocatable", usage(256, 192, 64), 128, 0, 0},
+	} {
+		got := SplitCarved(tt.u, big.NewInt(tt.carved))
+		if got.Carved.Int64() != tt.carved || got.Held.Int64() != tt.wantHeld || got.Allocatable.Int64() != tt.wantAllocatable {
+			t.Errorf("%s: carved %s held %s allocatable %s, want %d %d %d", tt.name, got.Carved, got.Held, got.Allocatable, tt.carved, tt.wantHeld, tt.wantAllocatable)
+		}
 	}
 }

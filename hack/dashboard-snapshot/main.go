@@ -170,6 +170,21 @@ type Chart struct {
 	Lines         []Line
 	YMin, YMax    string
 	Width, Height int
+	// LogBase, when set, draws the y axis on that log scale, as Grafana
+	// does for the panel (values of 0 or less are left out, as there).
+	LogBase int
+}
+
+// y maps a value onto the chart's scale; false when the scale has no
+// place for it.
+func (c *Chart) y(f float64) (float64, bool) {
+	if c.LogBase == 0 {
+		return f, true
+	}
+	if f <= 0 {
+		return 0, false
+	}
+	return math.Log(f) / math.Log(float64(c.LogBase)), true
 }
 
 // Line is one series.
@@ -192,6 +207,9 @@ func evaluate(ctx context.Context, prom *monitoring.Prometheus, d *monitoring.Da
 		pr := PanelReport{Title: p.Title, Description: p.Description, Type: p.Type, Unit: p.FieldConfig.Defaults.Unit}
 		if p.Type == "timeseries" {
 			pr.Chart = &Chart{Width: 560, Height: 180}
+			if scale := p.FieldConfig.Defaults.Custom.ScaleDistribution; scale.Type == "log" {
+				pr.Chart.LogBase = scale.Log
+			}
 		}
 		var all []seriesValues
 		for _, t := range p.Targets {
@@ -239,20 +257,25 @@ func (c *Chart) draw(series []seriesValues, start, end time.Time, unit string) {
 	for _, s := range series {
 		for _, v := range s.values {
 			if f, err := strconv.ParseFloat(fmt.Sprint(v[1]), 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
-				lo, hi = math.Min(lo, f), math.Max(hi, f)
+				if f, ok := c.y(f); ok {
+					lo, hi = math.Min(lo, f), math.Max(hi, f)
+				}
 			}
 		}
 	}
 	if math.IsInf(lo, 0) {
 		return
 	}
-	if lo > 0 {
+	if lo > 0 && c.LogBase == 0 {
 		lo = 0
 	}
 	if hi == lo {
 		hi = lo + 1
 	}
 	c.YMin, c.YMax = format(strconv.FormatFloat(lo, 'g', -1, 64), unit), format(strconv.FormatFloat(hi, 'g', -1, 64), unit)
+	if c.LogBase != 0 {
+		c.YMin, c.YMax = fmt.Sprintf("%d^%.3g", c.LogBase, lo), fmt.Sprintf("%d^%.3g", c.LogBase, hi)
+	}
 	span := end.Sub(start).Seconds()
 	for i, s := range series {
 		var pts []string
@@ -260,6 +283,10 @@ func (c *Chart) draw(series []seriesValues, start, end time.Time, unit string) {
 			t, _ := v[0].(float64)
 			f, err := strconv.ParseFloat(fmt.Sprint(v[1]), 64)
 			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				continue
+			}
+			f, ok := c.y(f)
+			if !ok {
 				continue
 			}
 			x := (t - float64(start.Unix())) / span * float64(c.Width)

@@ -439,7 +439,7 @@ func (r *quiescentReport) checkFigures(w *world, p *obj) {
 	notAllowed := w.notAllowed(p)
 	diff("ClaimsNotAllowed", conditionStatus(p, ipamv1.ConditionClaimsNotAllowed), boolStatus(len(notAllowed) > 0))
 	if c := findCondition(p, ipamv1.ConditionClaimsNotAllowed); len(notAllowed) > 0 && c != nil && c.Status == metav1.ConditionTrue &&
-		!strings.HasPrefix(c.Message, fmt.Sprintf("%d claims hold ranges", len(notAllowed))) {
+		!strings.HasPrefix(c.Message, fmt.Sprintf("%d claims hold ranges", len(notAllowed))) && !strings.HasPrefix(c.Message, fmt.Sprintf("%d claim holds ranges", len(notAllowed))) {
 		diffs = append(diffs, fmt.Sprintf("ClaimsNotAllowed message %q, want it to start with \"%d claims hold ranges\" (%s)", c.Message, len(notAllowed), keys(notAllowed)))
 		fields = append(fields, "ClaimsNotAllowed.message")
 	}
@@ -460,7 +460,7 @@ func (r *quiescentReport) checkFigures(w *world, p *obj) {
 		overlapping := conditionStatus(p, ipamv1.ConditionOverlapping)
 		diff("Overlapping", overlapping, boolStatus(len(losers) > 0))
 		if c := findCondition(p, ipamv1.ConditionOverlapping); len(losers) > 0 && c != nil && c.Status == metav1.ConditionTrue &&
-			!strings.HasPrefix(c.Message, fmt.Sprintf("%d claims lose to overlapping claims", len(losers))) {
+			!strings.HasPrefix(c.Message, fmt.Sprintf("%d claims lose to overlapping claims", len(losers))) && !strings.HasPrefix(c.Message, fmt.Sprintf("%d claim loses to overlapping claims", len(losers))) {
 			diffs = append(diffs, fmt.Sprintf("Overlapping message %q, want it to start with \"%d claims lose to overlapping claims\" (%s)", c.Message, len(losers), keys(losers)))
 			fields = append(fields, "Overlapping.message")
 		}

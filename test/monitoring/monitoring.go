@@ -103,7 +103,15 @@ type Panel struct {
 	} `json:"datasource"`
 	FieldConfig struct {
 		Defaults struct {
-			Unit string `json:"unit"`
+			Unit   string `json:"unit"`
+			Custom struct {
+				// ScaleDistribution is the y axis: type "log" with a
+				// base (log) or, by default, linear.
+				ScaleDistribution struct {
+					Type string `json:"type"`
+					Log  int    `json:"log"`
+				} `json:"scaleDistribution"`
+			} `json:"custom"`
 		} `json:"defaults"`
 	} `json:"fieldConfig"`
 }
@@ -139,7 +147,7 @@ func LoadDashboard(repoRoot string) (*Dashboard, error) {
 
 // Query is a PromQL expression of the dashboard, named by where it is.
 type Query struct {
-	Where string // "panel \"Utilization by pool\" target A" or "variable pool"
+	Where string // "panel \"Held by Subnets, by pool\" target A" or "variable pool"
 	Expr  string // as written, with Grafana's variables
 	// Instant is true for panels that show the latest value only.
 	Instant bool

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -247,5 +248,103 @@ subnetpool_parent_reconcile_duration_seconds_count{result="success"} 1
 		if got, why := e.Covers(c.s); got != c.want {
 			t.Errorf("Covers(%s) = %v (%s), want %v", c.s, got, why, c.want)
 		}
+	}
+}
+
+// addressCounts names the series that count addresses (or blocks) of a
+// pool or Subnet: an IPv6 count is up to 2^96 times an IPv4 one, so on
+// one axis or one bar scale every IPv4 value lies at 0. A chart of them
+// must keep to one family: a family matcher on subnet_operator_pool_info.
+// The Subnets' address counts carry no family, so their free count (a
+// /64 has 2^64) may only be shown where each value stands alone.
+var addressCounts = map[string]func(Selector) bool{
+	"subnet_operator_pool_capacity_addresses":   always,
+	"subnet_operator_pool_allocated_addresses":  always,
+	"subnet_operator_pool_reserved_addresses":   always,
+	"subnet_operator_pool_free_addresses":       always,
+	"subnet_operator_pool_child_pool_addresses": always,
+	"subnet_operator_pool_allocatable_blocks":   always,
+	"subnet_operator_subnet_ip_addresses":       selectsState("free"),
+}
+
+func always(Selector) bool { return true }
+
+// selectsState reports whether a selector can select the state.
+func selectsState(state string) func(Selector) bool {
+	return func(s Selector) bool {
+		for _, m := range s.Matchers {
+			if m.Name != "state" {
+				continue
+			}
+			switch m.Type {
+			case "=":
+				return m.Value == state
+			case "=~":
+				return regexp.MustCompile("^(?:" + m.Value + ")$").MatchString(state)
+			}
+		}
+		return true
+	}
+}
+
+// TestChartsKeepAddressFamiliesApart checks that no chart with a shared
+// axis or scale (time series, bar gauge) draws address counts of both
+// families: each such query restricts itself to one family, and all the
+// queries of a panel to the same one. Tables and stats show each value on
+// its own and are not checked.
+func TestChartsKeepAddressFamiliesApart(t *testing.T) {
+	root := repoRoot(t)
+	d, err := LoadDashboard(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prom, err := StartPrometheus(ctx, PrometheusOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prom.Stop()
+	charts := 0
+	for _, p := range d.Panels {
+		if p.Type != "timeseries" && p.Type != "bargauge" {
+			continue
+		}
+		families := map[string]bool{}
+		counts := false
+		for _, target := range p.Targets {
+			selectors, err := prom.Selectors(ctx, d.Interpolate(target.Expr, JobName, "1m"))
+			if err != nil {
+				t.Fatalf("panel %q target %s: %v", p.Title, target.RefID, err)
+			}
+			family, countsAddresses := "", false
+			for _, s := range selectors {
+				if counted, ok := addressCounts[s.Name]; ok && counted(s) {
+					countsAddresses = true
+				}
+				for _, m := range s.Matchers {
+					if s.Name == "subnet_operator_pool_info" && m.Name == "family" && m.Type == "=" && m.Value != "" {
+						family = m.Value
+					}
+				}
+			}
+			if !countsAddresses {
+				continue
+			}
+			counts = true
+			if family == "" {
+				t.Errorf("panel %q target %s charts address counts of both families on one scale: %s", p.Title, target.RefID, target.Expr)
+				continue
+			}
+			families[family] = true
+		}
+		if len(families) > 1 {
+			t.Errorf("panel %q charts address counts of several families on one scale: %v", p.Title, families)
+		}
+		if counts {
+			charts++
+		}
+	}
+	if charts == 0 {
+		t.Error("no chart of address counts found: the check checks nothing")
 	}
 }

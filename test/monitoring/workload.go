@@ -19,6 +19,7 @@ import (
 // that the manager exports every series the dashboard and the alerts name:
 // a pool with a child pool carved from it, dynamic and explicit Subnets, a
 // small pool filled past its last block (two Subnets wait, PoolExhausted),
+// an IPv6 pool, a Subnet whose poolRef has a typo (it waits PoolNotFound),
 // requests the webhooks deny (an overlap, a range outside the pool), an
 // update and some deletes. It returns once the controllers have decided
 // every Subnet. The Subnets it leaves behind keep the pool gauges alive.
@@ -54,6 +55,12 @@ func Workload(ctx context.Context, c client.Client, namespace string) error {
 	for i := range 6 {
 		objects = append(objects, subnet(fmt.Sprintf("tiny-%d", i), "tiny", ""))
 	}
+	// An IPv6 pool: the dashboard charts the families' address counts apart.
+	objects = append(objects, pool("datacenter-v6", "2001:db8:40::/48", "", 64), subnet("v6-rack-0", "datacenter-v6", ""))
+	// A Subnet whose poolRef names no pool (a typo): it waits PoolNotFound.
+	typo := subnet("typo", "datacentre", "")
+	typo.Spec.PrefixLength = ptr.To[int32](24)
+	objects = append(objects, typo)
 	// As full, but opted out of the pool alerts by its label.
 	quiet := pool("quiet", "10.60.0.0/30", "", 30)
 	quiet.Labels = map[string]string{"ipam.subnet-operator.io/alerts": "off"}
@@ -68,7 +75,7 @@ func Workload(ctx context.Context, c client.Client, namespace string) error {
 		return err
 	}
 
-	if err := waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 20, ipamv1.ReasonPoolExhausted: 3}); err != nil {
+	if err := waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 21, ipamv1.ReasonPoolExhausted: 3, ipamv1.ReasonPoolNotFound: 1}); err != nil {
 		return err
 	}
 
@@ -87,7 +94,7 @@ func Workload(ctx context.Context, c client.Client, namespace string) error {
 			return err
 		}
 	}
-	return waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 17, ipamv1.ReasonPoolExhausted: 3})
+	return waitDecided(ctx, c, namespace, map[string]int{ipamv1.ReasonAllocated: 18, ipamv1.ReasonPoolExhausted: 3, ipamv1.ReasonPoolNotFound: 1})
 }
 
 // Denied sends the workload's requests that the webhooks deny: an overlap
