@@ -284,7 +284,7 @@ func TestChartValues(t *testing.T) {
 			continue
 		}
 		rules++
-		for _, want := range []string{"(subnet_operator_pool_utilization_ratio) > 0.7 unless", "is more than 70% allocated."} {
+		for _, want := range []string{"(subnet_operator_pool_subnet_utilization_ratio) > 0.7 unless", "is more than 70% allocated."} {
 			if !strings.Contains(fmt.Sprint(o), want) {
 				t.Errorf("SubnetPoolNearlyFull lacks %q", want)
 			}
