@@ -88,6 +88,7 @@ func (l *Ledger) feedNamespaces(ctx context.Context, c cache.Cache) (toolscache.
 	apply := func(obj any, typ EventType) {
 		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
 			l.ApplyNamespace(m.Name, m.Labels, typ)
+			l.markTerminating(m.Name, m.DeletionTimestamp != nil)
 		}
 	}
 	return informer.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{

@@ -561,6 +561,8 @@ type book struct {
 	// nsLabels holds every namespace's labels (the Namespaces' metadata
 	// informer), for consent: spec.allowedNamespaces' selectors.
 	nsLabels map[string]labels.Set
+	// terminating holds the namespaces being deleted (NamespaceTerminating).
+	terminating map[string]struct{}
 	// subnets and pools count every namespace's objects, for the barrier's
 	// cluster-wide watermarks.
 	subnets, pools int
@@ -640,7 +642,7 @@ type Ledger struct {
 // registered with Feed have delivered their initial lists.
 func New() *Ledger {
 	return &Ledger{
-		b: book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}, addresses: addressBook{}, addressClaims: addressClaims{},
+		b: book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}, terminating: map[string]struct{}{}, addresses: addressBook{}, addressClaims: addressClaims{},
 			spaces: map[string]consent{}, defaultSpace: everyNamespace},
 		listeners: map[int]func(Event){},
 		lastRV:    map[string]string{},

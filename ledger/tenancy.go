@@ -260,9 +260,34 @@ func (l *Ledger) ApplyNamespace(name string, nsLabels map[string]string, typ Eve
 	l.publish(Event{Type: typ, Kind: KindNamespace, Name: name, Wake: refs(wake), Pools: pools})
 }
 
+// markTerminating records whether a namespace is being deleted.
+func (l *Ledger) markTerminating(name string, terminating bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if terminating {
+		l.b.terminating[name] = struct{}{}
+	} else {
+		delete(l.b.terminating, name)
+	}
+}
+
+// NamespaceTerminating reports whether the Namespaces' informer shows the
+// namespace being deleted. The namespace controller then deletes its
+// objects in an order of its own and retries what is refused, so the
+// delete webhooks stand aside there and leave the order to the finalizers:
+// a refused parent pool, retried before its child, would keep the
+// namespace Terminating forever.
+func (l *Ledger) NamespaceTerminating(name string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	_, ok := l.b.terminating[name]
+	return ok
+}
+
 // DeleteNamespace forgets a namespace's labels. obj may be a tombstone.
 func (l *Ledger) DeleteNamespace(name string) {
 	l.mu.Lock()
+	delete(l.b.terminating, name)
 	if _, known := l.b.nsLabels[name]; !known {
 		l.mu.Unlock()
 		return

@@ -135,14 +135,18 @@ func (v *SubnetPoolValidator) ValidateUpdate(ctx context.Context, old, p *ipamv1
 
 // ValidateDelete implements admission.Validator: a pool that Subnets or
 // child pools use cannot be deleted (the finalizer also keeps it when this
-// webhook is bypassed).
+// webhook is bypassed), except with its namespace.
 func (v *SubnetPoolValidator) ValidateDelete(ctx context.Context, p *ipamv1.SubnetPool) (admission.Warnings, error) {
 	self := []ipamv1.PoolReference{{Namespace: p.Namespace, Name: p.Name}}
 	if err := v.fresh.awaitDomain(ctx, p.Namespace, self, statuscalc.KindSubnet, statuscalc.KindSubnetPool); err != nil {
 		return internalError(ctx, statuscalc.KindSubnetPool, err)
 	}
 	_, subnets, children := v.Ledger.Users(p.Namespace, p.Name, 0)
-	if subnets+children == 0 {
+	if subnets+children == 0 || v.Ledger.NamespaceTerminating(p.Namespace) {
+		// In a namespace being deleted, the pool goes Terminating and its
+		// finalizer keeps it until its users are gone: a refusal would
+		// only stop the namespace controller, which retries in its own
+		// order (a parent before its child, forever).
 		return finish(ctx, statuscalc.KindSubnetPool, poolGK, p.Name, verdict{}, nil)
 	}
 	// The refusal is read by whoever sent the request, which says only
