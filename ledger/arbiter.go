@@ -134,10 +134,12 @@ func (b *book) decideSubnet(c *claim) (Decision, []claimID) {
 // Overlaps). Only a restored or hand-written status gets here; a range the
 // arbiter grants never collides.
 //
-// A collision with a child pool's range keeps the Subnet as it is (reported
-// only): child pools and Subnets come through two informers, and one may
-// lag behind the other after a hand-over, so the collision may not be real.
-// Two Subnets come through one informer, in the order the API wrote them.
+// A collision with child pools' ranges only keeps the Subnet as it is
+// (reported only): child pools and Subnets come through two informers, and
+// one may lag behind the other after a hand-over, so the collision may not
+// be real. Two Subnets come through one informer, in the order the API
+// wrote them: a collision with a Subnet that held first takes the range
+// back, whatever child pools it also covers.
 func (b *book) lostToSubnet(c *claim) (Decision, bool) {
 	s := b.slots[c.pool]
 	if _, collided := s.collisions[c.id]; !collided {
@@ -150,11 +152,10 @@ func (b *book) lostToSubnet(c *claim) (Decision, bool) {
 		if other == nil || other == c || !slices.ContainsFunc(other.placed, func(q netip.Prefix) bool { return q.Overlaps(held) }) {
 			return true
 		}
-		if other.key().Kind() != statuscalc.KindSubnet {
-			winner = nil
+		if other.key().Kind() == statuscalc.KindSubnet {
+			winner = other // a child pool's collision alone is not taken as real; a Subnet's is
 			return false
 		}
-		winner = other
 		return true
 	})
 	if winner == nil {

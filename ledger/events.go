@@ -107,8 +107,10 @@ func (l *Ledger) ApplySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 // moves it once, when every listed object is applied (subnetStore.Replace).
 func (l *Ledger) applySubnet(s *ipamv1.Subnet, typ EventType, old any) {
 	facts := subnetFacts(s)
+	synced := l.Synced()
 	l.mu.Lock()
 	b := &l.b
+	b.pastStartUp = b.pastStartUp || synced
 	prev := b.claim(facts.id)
 	known := prev != nil
 	if !known {
@@ -176,8 +178,10 @@ func (l *Ledger) deleteSubnet(obj any) *ipamv1.Subnet {
 // ApplyPool records a SubnetPool as created or updated.
 func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
 	facts, asClaim := poolFacts(p)
+	synced := l.Synced()
 	l.mu.Lock()
 	b := &l.b
+	b.pastStartUp = b.pastStartUp || synced
 	s := b.slot(facts.id)
 	if s.pool == nil {
 		b.namespace(p.Namespace).pools++

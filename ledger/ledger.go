@@ -142,8 +142,9 @@ type claim struct {
 	assumed netip.Prefix
 	// heldSince orders claims whose held ranges collide: the ledger's
 	// event count when the claim was granted its range or the API first
-	// showed it, 0 for a range the claim already showed when the ledger
-	// first saw it (the start-up list, where age decides). A status that
+	// showed it, 0 for a range the claim showed in the start-up list
+	// (where age decides; a claim first seen later, on a relist or under
+	// a new UID, is seen now). A status that
 	// a restore or a hand writes over a range another claim holds is seen
 	// after that claim's, and loses to it whatever the objects' ages.
 	heldSince uint64
@@ -579,6 +580,10 @@ type book struct {
 	defaultSpace consent
 	// events counts the claims' range changes, for claim.heldSince.
 	events uint64
+	// pastStartUp: the ledger has synced, so a claim it first sees now
+	// (a relist after the watch fell behind, a new object under a known
+	// name) is not part of the start-up list; a range it shows is seen now.
+	pastStartUp bool
 }
 
 // tick returns the next number in the order of range changes.
@@ -815,6 +820,9 @@ func (b *book) upsertClaim(next *claim) change {
 	}
 	if old == nil {
 		next.seen = time.Now().UnixNano()
+		if b.pastStartUp && next.held.IsValid() {
+			next.heldSince = b.tick()
+		}
 		b.namespace(next.id.namespace()).claims[next.id] = next
 		s := b.slot(next.pool)
 		next.pool = s.id // one string per pool, not one per claim

@@ -87,7 +87,7 @@ func TestAStatusThisLedgerDidNotGrantIsKeptWhenFree(t *testing.T) {
 // Ranges that collided before the ledger started (both in the start-up
 // list): the older Subnet keeps its range, the younger is taken back.
 func TestCollidingStatusesAtStartUpTheOlderKeeps(t *testing.T) {
-	l, _ := newLedger()
+	l := New() // not synced yet: what it is fed is the start-up list
 	l.ApplyPool(rootPool("p", "10.0.0.0/16", 24), Created, nil)
 	l.ApplySubnet(ready(explicit("younger", "p", "10.0.1.0/24", 2), "10.0.1.0/24"), Created, nil)
 	l.ApplySubnet(ready(explicit("older", "p", "10.0.0.0/23", 1), "10.0.0.0/23"), Created, nil)

@@ -217,6 +217,9 @@ func (d *driver) send(ctx context.Context, r *request, rec *opRecord) error {
 	if handled, err := d.sendV1alpha1(ctx, r, rec); handled {
 		return err
 	}
+	if handled, err := d.sendRestoreStatus(ctx, r, rec); handled {
+		return err
+	}
 	var err error
 	switch rec.Verb {
 	case "await":

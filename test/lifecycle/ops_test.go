@@ -116,7 +116,8 @@ func platformConsent() *ipamv1.AllowedNamespaces {
 // table): lag-address-watch 2, delete-address-claim-foreground 2,
 // delete-subnet-foreground 2, write-address-by-hand 3, restore-address 3;
 // and through the deprecated API version (ops_versions_test.go, which has
-// its table): v1alpha1-round-trip 3.
+// its table): v1alpha1-round-trip 3; and a restored status
+// (ops_restore_test.go, which has its table): restore-status 3.
 //
 // A delete-subnet deletes the Subnet's claims first half the time (else the
 // Subnet waits for them, terminating), a drain-pool mostly; the bursts of
@@ -138,6 +139,7 @@ var opMix = []struct {
 	// Cluster API's edges: ops_addresses_test.go.
 	{opLagAddresses, 2}, {opDeleteClaimFg, 2}, {opDeleteSubnetFg, 2}, {opWriteAddress, 3}, {opRestoreAddress, 3},
 	{opV1alpha1RoundTrip, 3},
+	{opRestoreStatus, 3}, // a restored status: ops_restore_test.go
 }
 
 // Names come from small pools, so that objects are re-created under a name
@@ -235,7 +237,9 @@ type request struct {
 	addr       *addressOp
 	// v1alpha1: a round trip through the deprecated version (ops_versions_test.go).
 	v1alpha1 *v1alpha1Op
-	out      *opRecord // the outcome, once sent
+	// status: a status written as a backup tool restores it (ops_restore_test.go).
+	status *statusRestoreOp
+	out    *opRecord // the outcome, once sent
 }
 
 // newGenerator draws from seed over namespaces; platform (one of them, or
@@ -348,6 +352,8 @@ func (g *generator) make(kind string) *operation {
 		return g.flipTenant()
 	case opV1alpha1RoundTrip:
 		return g.v1alpha1RoundTrip(ns)
+	case opRestoreStatus:
+		return g.restoreStatus(ns)
 	case opSetCaps:
 		return g.setCaps()
 	case opClaimBurst:
