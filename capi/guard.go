@@ -36,6 +36,11 @@ import (
 // most the cool-down: a terminating IPAddress may still be in use (deleted
 // by hand under its live claim), and the Subnet's range must not go to
 // another Subnet while an address in it cools down.
+//
+// The Subnet webhook refuses the delete of a Subnet whose addresses are in
+// use, naming them (webhooks/subnet_delete.go); that refusal is best
+// effort (a claim may bind between its check and the delete, the webhook
+// may be bypassed), and this finalizer is the guarantee.
 type SubnetGuard struct {
 	Client    client.Client
 	APIReader client.Reader
@@ -162,7 +167,7 @@ func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (rec
 			if u.InUse > int64(len(u.Holders)) {
 				who += fmt.Sprintf(" and %d more", u.InUse-int64(len(u.Holders)))
 			}
-			g.Recorder.Eventf(s, nil, corev1.EventTypeWarning, "AddressesInUse", "Delete",
+			g.Recorder.Eventf(s, nil, corev1.EventTypeWarning, ipamv1.ReasonAddressesInUse, "Delete",
 				"deletion waits until no IPAddress of this Subnet is left: %d in use by IPAddressClaims %s", u.InUse, who)
 		}
 		return reconcile.Result{}, nil // each IPAddress's going requeues it
@@ -173,7 +178,7 @@ func (g *SubnetGuard) Reconcile(ctx context.Context, req reconcile.Request) (rec
 			return reconcile.Result{}, err
 		}
 		if len(held) > 0 {
-			g.Recorder.Eventf(s, nil, corev1.EventTypeWarning, "AddressesInUse", "Delete",
+			g.Recorder.Eventf(s, nil, corev1.EventTypeWarning, ipamv1.ReasonAddressesInUse, "Delete",
 				"deletion waits until no IPAddress of this Subnet is left: %s exist", strings.Join(held, ", "))
 			return reconcile.Result{RequeueAfter: recheck}, nil
 		}

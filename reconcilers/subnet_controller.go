@@ -30,6 +30,7 @@ import (
 	"github.com/subnet-operator/subnet-operator/ipspace"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/statuscalc"
+	"github.com/subnet-operator/subnet-operator/webhooks"
 )
 
 // +kubebuilder:rbac:groups=ipam.subnet-operator.io,resources=subnets,verbs=get;list;watch;patch
@@ -89,6 +90,12 @@ type SubnetReconciler struct {
 	// allocatedEvents paces the Normal Allocated event (see
 	// allocatedEventRate); warnings are never skipped.
 	allocatedEvents *rate.Limiter
+	// waits are the Subnets waiting for a pool that does not exist, for
+	// the subnet_operator_subnets_pool_not_found gauge.
+	waits poolWaits
+	// hints name the pool a PoolNotFound Subnet likely meant (shared with
+	// the admission warning).
+	hints *webhooks.PoolHints
 }
 
 // The Allocated event is recorded for at most allocatedEventRate Subnets per
@@ -117,6 +124,8 @@ func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return errors.New("SubnetReconciler needs a client, an API reader, a ledger and an event recorder")
 	}
 	registerMetrics()
+	registerWaitingCollector(&r.waits)
+	r.hints = webhooks.PoolHintsFor(r.Ledger)
 	r.allocatedEvents = rate.NewLimiter(allocatedEventRate, allocatedEventBurst)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("subnet").
@@ -128,6 +137,9 @@ func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(&ledgerSource{ledger: r.Ledger, reader: r.APIReader, mapEvent: func(e ledger.Event) []reconcile.Request {
 			if s, ok := e.Object.(*ipamv1.Subnet); ok {
 				r.written.seen(s)
+			}
+			if e.Kind == statuscalc.KindSubnet && e.Type == ledger.Deleted {
+				r.waits.forget(e.Namespace, e.Name)
 			}
 			return subnetEvents(e)
 		}, initial: func() []reconcile.Request {
@@ -150,6 +162,7 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if !ok {
 		// Gone, or not delivered yet: its event will requeue it.
 		r.written.forget(req.NamespacedName)
+		r.waits.forget(req.Namespace, req.Name)
 		return reconcile.Result{}, nil
 	}
 	s := *cached
@@ -164,6 +177,13 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		// Deleted and created again since the read above: the new
 		// object's event requeues it.
 		return reconcile.Result{}, nil
+	}
+	r.waits.set(s.Namespace, s.Name, d.Reason == ipamv1.ReasonPoolNotFound)
+	if d.Reason == ipamv1.ReasonPoolNotFound && r.hints != nil {
+		// A forgotten namespace or a typo waits for good: say which pool
+		// was likely meant. (nil hints: a test without SetupWithManager.)
+		ref := ipamv1.PoolReference{Namespace: s.Spec.PoolRef.In(s.Namespace), Name: s.Spec.PoolRef.Name}
+		d.Message += r.hints.DidYouMean(ref, s.Namespace)
 	}
 
 	status := desiredSubnetStatus(&s, d)
@@ -276,7 +296,7 @@ func (r *SubnetReconciler) recordTransition(ctx context.Context, before, after *
 		arbitrationConflicts.Inc()
 		log.Info("Subnet lost arbitration", "subnet", client.ObjectKeyFromObject(after), "winner", d.Winner.String())
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, d.Reason, "Arbitrate", "%s", d.Message)
-	case ipamv1.ReasonPoolExhausted, ipamv1.ReasonOutOfRange, ipamv1.ReasonInvalidSpec, ipamv1.ReasonNotAllowed:
+	case ipamv1.ReasonPoolExhausted, ipamv1.ReasonOutOfRange, ipamv1.ReasonInvalidSpec, ipamv1.ReasonNotAllowed, ipamv1.ReasonPoolNotFound:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, d.Reason, "Allocate", "%s", d.Message)
 	}
 }

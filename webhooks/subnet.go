@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math/big"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,9 +16,13 @@ import (
 	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
-// The validating webhook does not intercept DELETE: a Subnet can always be
-// deleted (its range returns to the pool), and with failurePolicy Fail an
-// outage would block Subnet and namespace deletion for nothing.
+// The validating webhook sees DELETE of a Subnet whose addresses Cluster
+// API IPAddresses may use (the address-protection finalizer marks it;
+// config/webhook's matchConditions send no other delete): any other Subnet
+// can always be deleted (its range returns to the pool), and with
+// failurePolicy Fail an outage must not block its deletion, or its
+// namespace's, for nothing. A protected Subnet is held by its finalizer
+// while the manager is down anyway.
 // timeoutSeconds is explicit, and above every bound the webhooks put on
 // their own waits (Options), so a caller reads our answer.
 // The validating webhook sees creates, and the updates that change the
@@ -31,7 +34,7 @@ import (
 // recorded spec.cidr: see Default). config/webhook adds matchConditions, so
 // the API server calls either webhook only when its answer can matter.
 // +kubebuilder:webhook:path=/mutate-ipam-subnet-operator-io-v1alpha2-subnet,mutating=true,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha2,name=msubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
-// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha2-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update,versions=v1alpha2,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
+// +kubebuilder:webhook:path=/validate-ipam-subnet-operator-io-v1alpha2-subnet,mutating=false,failurePolicy=fail,sideEffects=None,matchPolicy=Equivalent,groups=ipam.subnet-operator.io,resources=subnets,verbs=create;update;delete,versions=v1alpha2,name=vsubnet.ipam.subnet-operator.io,admissionReviewVersions=v1,timeoutSeconds=10
 
 var subnetGK = ipamv1.GroupVersion.WithKind("Subnet").GroupKind()
 
@@ -149,11 +152,15 @@ func (v *SubnetValidator) ValidateUpdate(ctx context.Context, old, s *ipamv1.Sub
 	return v.validate(ctx, old, s)
 }
 
-// ValidateDelete implements admission.Validator. The webhook configuration
-// does not send DELETE (a Subnet can always be deleted); should it be
-// configured to, the answer is the same.
-func (v *SubnetValidator) ValidateDelete(ctx context.Context, _ *ipamv1.Subnet) (admission.Warnings, error) {
-	return finish(ctx, statuscalc.KindSubnet, subnetGK, "", verdict{}, nil)
+// ValidateDelete implements admission.Validator: a Subnet whose addresses
+// Cluster API machines use is refused, naming them (addressesInUse; the
+// finalizer holds it when this webhook is bypassed or raced). Any other
+// Subnet can be deleted.
+func (v *SubnetValidator) ValidateDelete(ctx context.Context, s *ipamv1.Subnet) (admission.Warnings, error) {
+	if err := v.addressesInUse(ctx, s); err != nil {
+		return nil, err
+	}
+	return finish(ctx, statuscalc.KindSubnet, subnetGK, s.Name, verdict{}, nil)
 }
 
 // validate checks a create (old nil) or an update.
@@ -214,8 +221,10 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 			res.merge(checkQuota(v.Ledger, ref, s.Namespace, ledger.SubnetKey(s.Name), v.askedSize(s), specPath.Child("poolRef")))
 		}
 	} else {
-		// GitOps applies in any order: the Subnet waits for its pool.
-		warnings = admission.Warnings{fmt.Sprintf("SubnetPool %s does not exist yet; the Subnet waits (Ready=False, reason PoolNotFound) until it is created", ref)}
+		// GitOps applies in any order: the Subnet waits for its pool. A
+		// reference that is likely a mistake names the pool it may have
+		// meant, as the Subnet's condition will.
+		warnings = admission.Warnings{PoolNotFoundMessage(PoolHintsFor(v.Ledger), ref, s.Namespace)}
 	}
 	// An explicit range must not overlap the pool's other claims, including
 	// the ones that wait for a pool that does not exist yet: they claim

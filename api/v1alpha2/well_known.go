@@ -50,6 +50,12 @@ const (
 	// the pool's spec.allowedNamespaces.perNamespace allows each namespace;
 	// the claim waits until the namespace frees room or the cap is raised.
 	ReasonNamespaceQuotaExceeded = "NamespaceQuotaExceeded"
+	// ReasonAddressesInUse: the Subnet is being deleted and Cluster API
+	// IPAddresses still use its addresses; its address-protection
+	// finalizer holds it (and its range) until none is left. The event
+	// of a held deletion, and the reason the admission webhook's refusal
+	// of such a delete is counted under (addresses_in_use).
+	ReasonAddressesInUse = "AddressesInUse"
 	// ReasonInvalidSpec: the spec cannot be parsed (only reachable when the
 	// CRD schema and the webhook were both bypassed).
 	ReasonInvalidSpec = "InvalidSpec"

@@ -418,9 +418,21 @@ spec:
 	})
 
 	t.Run("the Subnet stays while its addresses are in use", func(t *testing.T) {
-		if err := k8s.Delete(ctx, &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tiny"}}); err != nil {
-			t.Fatal(err)
+		// kubectl delete is refused, naming the IPAddress and saying what
+		// to do, instead of printing "deleted" and leaving it Terminating.
+		_, stderr, err := kubectl(t, "", "delete", "-n", ns, "subnet", "tiny", "--wait=false")
+		want := "1 IPAddress of this Subnet is in use by Cluster API machines (" + ns + "/"
+		if err == nil || !strings.Contains(stderr, want) || !strings.Contains(stderr, "delete their IPAddressClaims (or the Machines that own them) first") {
+			t.Fatalf("kubectl delete subnet tiny: %v %q, want refused with %q", err, stderr, want)
 		}
+		// The refusal is best effort (a claim may bind between the check
+		// and the delete; the webhook may be bypassed): the finalizer
+		// holds the Subnet then. Bypassed here, for this one delete.
+		restore := subnetDeletesUnchecked(t)
+		eventually(t, 30*time.Second, func() error {
+			return k8s.Delete(ctx, &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tiny"}})
+		})
+		restore()
 		// The guard says why it waits, naming the claim.
 		eventually(t, 30*time.Second, func() error {
 			out := mustKubectl(t, "", "get", "events.events.k8s.io", "-n", ns, "--field-selector", "regarding.name=tiny,reason=AddressesInUse", "-o", "jsonpath={.items[*].note}")
@@ -542,9 +554,16 @@ spec: {poolRef: {name: dc}, cidr: 10.71.0.0/30}
 		t.Fatal(err)
 	}
 	subnet := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "one"}}
-	if err := k8s.Delete(ctx, subnet, foreground); err != nil {
-		t.Fatal(err)
-	}
+	// Refused while the claim's IPAddress is in use (the garbage
+	// collector may not have deleted it yet); retried, as the garbage
+	// collector and namespace deletion retry, it goes through.
+	eventually(t, 30*time.Second, func() error {
+		err := k8s.Delete(ctx, subnet, foreground)
+		if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "in use by Cluster API machines") {
+			t.Fatalf("the Subnet's delete refused for another reason: %v", err)
+		}
+		return err
+	})
 	eventually(t, 30*time.Second, gone(newClaim(ns, "next", "one", "")))
 	eventually(t, time.Minute, gone(subnet))
 	nsObject := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
@@ -552,4 +571,72 @@ spec: {poolRef: {name: dc}, cidr: 10.71.0.0/30}
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Minute, gone(nsObject))
+}
+
+// subnetDeletesUnchecked takes DELETE out of the Subnet validating
+// webhook's operations, as a cluster whose webhook configuration was
+// edited or removed would have it, and returns the function that puts it
+// back (also run at the end of the test).
+func subnetDeletesUnchecked(t *testing.T) (restore func()) {
+	t.Helper()
+	const configuration = "validatingwebhookconfiguration/subnet-operator-validating-webhook-configuration"
+	if name := mustKubectl(t, "", "get", configuration, "-o", "jsonpath={.webhooks[0].name}"); name != "vsubnet.ipam.subnet-operator.io" {
+		t.Fatalf("the first validating webhook is %q, not the Subnet's", name)
+	}
+	set := func(ops string) {
+		mustKubectl(t, "", "patch", configuration, "--type=json", "-p", `[{"op":"replace","path":"/webhooks/0/rules/0/operations","value":`+ops+`}]`)
+	}
+	set(`["CREATE","UPDATE"]`)
+	var once sync.Once
+	restore = func() { once.Do(func() { set(`["CREATE","UPDATE","DELETE"]`) }) }
+	t.Cleanup(restore)
+	return restore
+}
+
+// Deleting a namespace whose Subnet's addresses machines use converges:
+// the namespace controller deletes the claims with everything else, and
+// retries the Subnet the webhook refuses until the claims have released
+// their addresses.
+func TestClusterAPINamespaceDeletionWithAddressesInUse(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	mustKubectl(t, fmt.Sprintf(`
+apiVersion: ipam.subnet-operator.io/v1alpha2
+kind: SubnetPool
+metadata: {name: dc, namespace: %[1]s}
+spec: {cidr: 10.75.0.0/16}
+---
+apiVersion: ipam.subnet-operator.io/v1alpha2
+kind: Subnet
+metadata: {name: machines, namespace: %[1]s}
+spec: {poolRef: {name: dc}, cidr: 10.75.0.0/24}
+`, ns), "apply", "-f", "-")
+	for i := range 5 {
+		if err := k8s.Create(ctx, newClaim(ns, fmt.Sprintf("m-%d", i), "machines", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, func() error {
+		for i := range 5 {
+			if _, err := bound(ctx, ns, fmt.Sprintf("m-%d", i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	_, stderr, err := kubectl(t, "", "delete", "-n", ns, "subnet", "machines", "--wait=false")
+	if err == nil || !strings.Contains(stderr, "5 IPAddresses of this Subnet are in use by Cluster API machines") || !strings.Contains(stderr, "and 2 more") {
+		t.Fatalf("kubectl delete subnet machines: %v %q, want refused naming three IPAddresses and 2 more", err, stderr)
+	}
+	nsObject := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if err := k8s.Delete(ctx, nsObject); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, func() error {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(nsObject), nsObject)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("namespace %s still there: %v %+v", ns, err, nsObject.Status.Conditions)
+	})
 }

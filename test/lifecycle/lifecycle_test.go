@@ -249,6 +249,7 @@ func (l *lifecycle) endPhase(ctx context.Context) {
 	l.rpt.add(l.phase, l.rep.findings...)
 	l.rep.findings = nil
 	records := l.d.records()
+	l.rpt.add(l.phase, checkSubnetDeleteRefusals(records[l.logged:])...)
 	l.rpt.add(l.phase, l.adm.check(records, l.logged, l.rep)...)
 	l.logged = len(records)
 	l.rpt.add(l.phase, l.d.takeFindings()...)
@@ -519,6 +520,7 @@ func outcomeLabel(o *opRecord) string {
 func rejectionRule(msg string) string {
 	for _, r := range []struct{ substr, rule string }{
 		{"already exists", "exists"},
+		{"in use by Cluster API machines", "addresses-in-use"},
 		{"is in use by", "in-use"},
 		{"being deleted", "terminating"},
 		{"would leave claims outside", "shrink-below-claims"},
