@@ -289,7 +289,7 @@ func awaitQuiescent(ctx context.Context, c client.Client, namespaces []string, r
 			return quiescentReport{}, 0, err
 		}
 		r := checkQuiescent(objs, labels)
-		r.checkOneHolderPerRange(objs) // R1: ops_restore_test.go
+		r.checkOneHolderPerRange(objs) // O1: ops_restore_test.go
 		known := true
 		for _, f := range r.findings {
 			known = known && reported[f.Key]

@@ -15,7 +15,7 @@ package lifecycle
 // The test wrote that status, not the operator: the history's checks (S1-S3)
 // do not judge it. The versions that still show it exactly are replayed as
 // not Ready (maskRestoredStatus); the operator's next status write is judged
-// as any. What the status must come to is judged on the settled state: R1,
+// as any. What the status must come to is judged on the settled state: O1,
 // one Ready holder per range, beside L1-L2 for the claim decided again.
 
 import (
@@ -173,7 +173,7 @@ func sameStatus(a, b *obj) bool {
 		ra.ObservedGeneration == rb.ObservedGeneration && ra.LastTransitionTime.Equal(&rb.LastTransitionTime)
 }
 
-// checkOneHolderPerRange is R1, on the settled state: no two Ready Subnets
+// checkOneHolderPerRange is O1, on the settled state: no two Ready Subnets
 // of one pool hold overlapping ranges, whatever status was written onto
 // them (a restore the arbiter must take back, not believe).
 func (r *quiescentReport) checkOneHolderPerRange(objs []obj) {
@@ -189,7 +189,7 @@ func (r *quiescentReport) checkOneHolderPerRange(objs []obj) {
 		for i, a := range holders {
 			for _, b := range holders[i+1:] {
 				if a.held().Overlaps(b.held()) {
-					r.add("R1", id(a, "overlaps/"+string(b.UID)), "two Ready Subnets of pool %s hold overlapping ranges once settled%s:\n\t%s\n\t%s",
+					r.add("O1", id(a, "overlaps/"+string(b.UID)), "two Ready Subnets of pool %s hold overlapping ranges once settled%s:\n\t%s\n\t%s",
 						pool, restoredNote(a, b), a, b)
 				}
 			}
