@@ -288,6 +288,7 @@ func awaitQuiescent(ctx context.Context, c client.Client, namespaces []string, r
 			return quiescentReport{}, 0, err
 		}
 		r := checkQuiescent(objs, labels)
+		r.checkGateways(objs) // gateway_checks.go
 		known := true
 		for _, f := range r.findings {
 			known = known && reported[f.Key]
