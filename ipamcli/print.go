@@ -125,14 +125,14 @@ func (p printer) free(r FreeResult) error {
 	}
 	w := p.table()
 	if r.Length == nil {
-		_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s free addresses in %s\n\n", r.Namespace, r.Pool, r.CIDR, readableCount(r.Total), plural(len(r.Blocks), "block"))
+		_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s in %s\n\n", r.Namespace, r.Pool, r.CIDR, plural(readableCount(r.Total), "free address"), plural(len(r.Blocks), "block"))
 		_, _ = fmt.Fprintln(w, "FREE BLOCK\tADDRESSES")
 		for _, b := range r.Blocks {
 			_, _ = fmt.Fprintf(w, "%s\t%s\n", b.CIDR, readableCount(b.Addresses))
 		}
 		return w.Flush()
 	}
-	_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s /%d ranges can be allocated, from %s\n\n", r.Namespace, r.Pool, r.CIDR, readableCount(r.Total), *r.Length, plural(len(r.Blocks), "block"))
+	_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s can be allocated, from %s\n\n", r.Namespace, r.Pool, r.CIDR, plural(readableCount(r.Total), fmt.Sprintf("/%d range", *r.Length)), plural(len(r.Blocks), "block"))
 	if len(r.Blocks) == 0 {
 		return w.Flush()
 	}
@@ -178,12 +178,21 @@ func (p printer) whoHas(query string, holders []Holder) error {
 	return w.Flush()
 }
 
-// plural spells a count of things: "1 block", "3 blocks".
-func plural(n int, thing string) string {
-	if n == 1 {
+// plural spells a count of things, the count as a number or as printed (an
+// address count from readableCount): "1 block", "3 blocks", "1 free
+// address", "2^80 free addresses". thing is singular; its last word takes
+// the English plural ending, "es" after a hissing sound (address, box).
+func plural[N int | string](n N, thing string) string {
+	count := fmt.Sprint(n)
+	if count == "1" {
 		return "1 " + thing
 	}
-	return fmt.Sprintf("%d %ss", n, thing)
+	for _, hissing := range []string{"s", "x", "z", "ch", "sh"} {
+		if strings.HasSuffix(thing, hissing) {
+			return count + " " + thing + "es"
+		}
+	}
+	return count + " " + thing + "s"
 }
 
 // readableCount spells an address or range count for a person: as it is up
@@ -214,8 +223,8 @@ func (p printer) migration(r MigrationReport) error {
 	if ok, err := p.structured(r); ok {
 		return err
 	}
-	_, err := fmt.Fprintf(p.out, "Rewrote %d SubnetPools and %d Subnets in %s; both CRDs now record only %s as stored (before: %s).\n",
-		r.Pools, r.Subnets, r.StorageVersion, r.StorageVersion, storedBefore(r.StoredVersionsBefore))
+	_, err := fmt.Fprintf(p.out, "Rewrote %s and %s in %s; both CRDs now record only %s as stored (before: %s).\n",
+		plural(r.Pools, "SubnetPool"), plural(r.Subnets, "Subnet"), r.StorageVersion, r.StorageVersion, storedBefore(r.StoredVersionsBefore))
 	return err
 }
 

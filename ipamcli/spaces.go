@@ -91,10 +91,7 @@ func (p printer) spaces(rows []SpaceRoot) error {
 	for _, r := range rows {
 		overlaps := "-"
 		if r.Overlaps > 0 {
-			overlaps = fmt.Sprintf("%d root pools", r.Overlaps)
-			if r.Overlaps == 1 {
-				overlaps = "1 root pool"
-			}
+			overlaps = plural(r.Overlaps, "root pool")
 		}
 		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Space, r.Rules, orDash(r.Namespace), orDash(r.Name), orDash(r.CIDR), orDash(r.State), overlaps)
 	}

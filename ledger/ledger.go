@@ -192,8 +192,9 @@ type shownStatus struct {
 }
 
 // compactStatus returns st as a shownStatus if it has the controller's
-// form for a claim holding held with the given reason.
-func compactStatus(st *ipamv1.SubnetStatus, held netip.Prefix) (*shownStatus, bool) {
+// form for a claim holding held, with the gateway in effect that the
+// address plan gives for gateway (spec.gateway; invalid: the default).
+func compactStatus(st *ipamv1.SubnetStatus, held netip.Prefix, gateway netip.Addr) (*shownStatus, bool) {
 	if len(st.Conditions) != 1 || st.IPAddresses != nil {
 		return nil, false
 	}
@@ -203,11 +204,12 @@ func compactStatus(st *ipamv1.SubnetStatus, held netip.Prefix) (*shownStatus, bo
 	}
 	switch c.Status {
 	case metav1.ConditionTrue:
-		if !held.IsValid() || st.CIDR != held.String() || st.Addresses != ipspace.AddressCount(held).String() {
+		if !held.IsValid() || st.CIDR != held.String() || st.Addresses != ipspace.AddressCount(held).String() ||
+			st.Gateway != PlanAddresses(held, gateway).Gateway.String() {
 			return nil, false
 		}
 	case metav1.ConditionFalse:
-		if st.CIDR != "" || st.Addresses != "" {
+		if st.CIDR != "" || st.Addresses != "" || st.Gateway != "" {
 			return nil, false
 		}
 	default:
@@ -232,6 +234,7 @@ func (c *claim) subnetStatus() ipamv1.SubnetStatus {
 	if c.held.IsValid() {
 		ready.Status = metav1.ConditionTrue
 		st.CIDR, st.Addresses = c.held.String(), ipspace.AddressCount(c.held).String()
+		st.Gateway = PlanAddresses(c.held, c.gatewayAddr()).Gateway.String()
 	}
 	st.Conditions = []metav1.Condition{ready}
 	return st
@@ -734,7 +737,7 @@ func subnetFacts(s *ipamv1.Subnet) *claim {
 	}
 	if st := &s.Status; st.CIDR != "" || st.Addresses != "" || st.ObservedGeneration != 0 || len(st.Conditions) > 0 {
 		var ok bool
-		if c.shown, ok = compactStatus(st, c.held); !ok {
+		if c.shown, ok = compactStatus(st, c.held, c.gatewayAddr()); !ok {
 			// A copy, so that the decoded object it came from is not kept.
 			c.status = st.DeepCopy()
 		}

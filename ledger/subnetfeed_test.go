@@ -153,15 +153,18 @@ func TestSubnetViewKeepsEveryStatusExactly(t *testing.T) {
 	waiting.Status, waiting.Reason, waiting.Message = metav1.ConditionFalse, ipamv1.ReasonPoolExhausted, "no /24 left"
 	other := metav1.Condition{Type: "Audited", Status: metav1.ConditionTrue, LastTransitionTime: at, Reason: "Fine"}
 	for name, st := range map[string]ipamv1.SubnetStatus{
-		"empty":               {},
-		"ready":               {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{readyCond}},
-		"waiting":             {ObservedGeneration: 2, Conditions: []metav1.Condition{waiting}},
-		"another condition":   {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{readyCond, other}},
-		"older generation":    {ObservedGeneration: 1, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{readyCond}},
-		"hand-written count":  {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "255", Conditions: []metav1.Condition{readyCond}},
-		"range while waiting": {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{waiting}},
-		"no condition":        {ObservedGeneration: 2, CIDR: "10.0.4.0/24"},
-		"ready without range": {ObservedGeneration: 2, Conditions: []metav1.Condition{readyCond}},
+		"empty":                         {},
+		"ready":                         {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Gateway: "10.0.4.1", Conditions: []metav1.Condition{readyCond}},
+		"written before status.gateway": {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{readyCond}},
+		"hand-written gateway":          {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Gateway: "10.0.4.9", Conditions: []metav1.Condition{readyCond}},
+		"gateway while waiting":         {ObservedGeneration: 2, Gateway: "10.0.4.1", Conditions: []metav1.Condition{waiting}},
+		"waiting":                       {ObservedGeneration: 2, Conditions: []metav1.Condition{waiting}},
+		"another condition":             {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{readyCond, other}},
+		"older generation":              {ObservedGeneration: 1, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{readyCond}},
+		"hand-written count":            {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "255", Conditions: []metav1.Condition{readyCond}},
+		"range while waiting":           {ObservedGeneration: 2, CIDR: "10.0.4.0/24", Addresses: "256", Conditions: []metav1.Condition{waiting}},
+		"no condition":                  {ObservedGeneration: 2, CIDR: "10.0.4.0/24"},
+		"ready without range":           {ObservedGeneration: 2, Conditions: []metav1.Condition{readyCond}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			l := New()

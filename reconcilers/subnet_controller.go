@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -249,8 +250,13 @@ func desiredSubnetStatus(s *ipamv1.Subnet, d ledger.Decision) ipamv1.SubnetStatu
 		ready.Status = metav1.ConditionTrue
 		status.CIDR = d.CIDR.String()
 		status.Addresses = ipspace.AddressCount(d.CIDR).String()
+		// The gateway Cluster API machines get with their addresses: the
+		// ledger's address plan decides it, for both (an unparsable
+		// spec.gateway, which validation refuses, means the default).
+		gateway, _ := netip.ParseAddr(s.Spec.Gateway)
+		status.Gateway = ledger.PlanAddresses(d.CIDR, gateway).Gateway.String()
 	} else {
-		status.CIDR, status.Addresses = "", ""
+		status.CIDR, status.Addresses, status.Gateway = "", "", ""
 	}
 	meta.SetStatusCondition(&status.Conditions, ready)
 	return status

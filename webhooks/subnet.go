@@ -1,8 +1,10 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/big"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -220,6 +222,9 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 		if len(res.errs) == 0 {
 			res.merge(checkQuota(v.Ledger, ref, s.Namespace, ledger.SubnetKey(s.Name), v.askedSize(s), specPath.Child("poolRef")))
 		}
+		if !explicit {
+			warnings = v.waitsForSpace(&s.Spec, pool, ref)
+		}
 	} else {
 		// GitOps applies in any order: the Subnet waits for its pool. A
 		// reference that is likely a mistake names the pool it may have
@@ -242,6 +247,33 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 	return finish(ctx, statuscalc.KindSubnet, subnetGK, name, res, warnings)
 }
 
+// waitsForSpace warns when a prefixLength claim that fits its pool's range
+// finds no free block of its length now: it will wait (PoolExhausted)
+// until space frees, and the warning names the largest free block, so that
+// a shorter request can be made at once. The requester passed the pool's
+// consent, so it may see the pool's figures (the pool's status shows the
+// same block to anyone who may read the pool).
+//
+// Admission is where this figure is told: the Ready=False PoolExhausted
+// message leaves it out on purpose (ledger.DecideSubnet), since a figure
+// that changes with every allocation and release would rewrite the status
+// of every claim waiting on the pool each time.
+func (v *SubnetValidator) waitsForSpace(spec *ipamv1.SubnetSpec, pool ledger.PoolView, ref ipamv1.PoolReference) admission.Warnings {
+	length := pool.Default
+	if spec.PrefixLength != nil {
+		length = int(*spec.PrefixLength)
+	}
+	largest, _, ok := v.Ledger.FreeBlocks(ref.Namespace, ref.Name, 1) // O(W): the maintained free-space map
+	if !ok || length < 0 || (len(largest) > 0 && largest[0].Bits() <= length) {
+		return nil // a pool that serves no range yet says so in its own status
+	}
+	now := "nothing is free in " + ref.String() + " now"
+	if len(largest) > 0 {
+		now = fmt.Sprintf("no /%d is free in %s now: the largest free block is %s", length, ref, largest[0])
+	}
+	return admission.Warnings{now + "; this Subnet waits (PoolExhausted) until space frees"}
+}
+
 // askedSize is how many addresses a Subnet asks for: its explicit range,
 // or a block of its prefix length (the pool's default if it names none);
 // nil when not known.
@@ -257,28 +289,43 @@ func (v *SubnetValidator) askedSize(s *ipamv1.Subnet) *big.Int {
 }
 
 // validateSubnetUpdate rejects changes to the claim: poolRef, cidr and
-// prefixLength are immutable.
+// prefixLength are immutable. One message per changed field, saying what
+// to do instead, in the words of the CRD's rules (which refuse these
+// changes first when the request comes through the schema).
 func validateSubnetUpdate(old, s *ipamv1.Subnet) verdict {
 	var v verdict
-	const msg = "is immutable: delete the Subnet and create a new one to claim another range"
 	// Compared as resolved: a reference stored without its namespace (the
 	// webhooks bypassed) and one that writes the object's own are the same.
+	// kubectl ipam next's arguments for the pool the claim is on.
+	nextArgs := old.Spec.PoolRef.In(old.Namespace) + " " + old.Spec.PoolRef.Name
 	if !sameReference(&old.Spec.PoolRef, &s.Spec.PoolRef, s.Namespace) {
-		v.add(reasonImmutable, field.Invalid(specPath.Child("poolRef"), s.Spec.PoolRef.String(), msg))
+		v.add(reasonImmutable, field.Invalid(specPath.Child("poolRef"), s.Spec.PoolRef.String(), fmt.Sprintf(
+			"is immutable: a Subnet claims from one pool (%s) for its lifetime; to claim from another, delete this Subnet and create a new one (kubectl ipam next -n %s %s shows what that pool would allocate)",
+			old.Spec.PoolRef.In(old.Namespace)+"/"+old.Spec.PoolRef.Name, s.Spec.PoolRef.In(s.Namespace), s.Spec.PoolRef.Name)))
 	}
 	// The one change allowed: the controller records the range a dynamic
 	// claim holds (AllocationRecorder in reconcilers), and with it the
 	// length of one that named neither field.
 	recorded := old.Spec.CIDR == "" && old.Status.CIDR != "" && s.Spec.CIDR == old.Status.CIDR
 	if s.Spec.CIDR != old.Spec.CIDR && !recorded {
-		v.add(reasonImmutable, field.Invalid(specPath.Child("cidr"), s.Spec.CIDR, msg))
+		claims := cmp.Or(old.Spec.CIDR, old.Status.CIDR, "none yet")
+		v.add(reasonImmutable, field.Invalid(specPath.Child("cidr"), s.Spec.CIDR, fmt.Sprintf(
+			"cidr is immutable: a Subnet keeps the range it claims (%s) for its lifetime; to claim another, delete this Subnet and create a new one (kubectl ipam next -n %s shows what the pool would allocate)",
+			claims, nextArgs)))
 	}
 	if !ptr.Equal(s.Spec.PrefixLength, old.Spec.PrefixLength) && !(recorded && recordsLength(old, s)) {
 		var value any = "unset"
+		asked, next := "none", ""
+		if old.Spec.PrefixLength != nil {
+			asked = fmt.Sprintf("/%d", *old.Spec.PrefixLength)
+		}
 		if s.Spec.PrefixLength != nil {
 			value = *s.Spec.PrefixLength
+			next = fmt.Sprintf(" --length %d", *s.Spec.PrefixLength)
 		}
-		v.add(reasonImmutable, field.Invalid(specPath.Child("prefixLength"), value, msg))
+		v.add(reasonImmutable, field.Invalid(specPath.Child("prefixLength"), value, fmt.Sprintf(
+			"prefixLength is immutable: a Subnet keeps the length it asked for (%s) for its lifetime; to claim another, delete this Subnet and create a new one (kubectl ipam next -n %s%s shows what the pool would allocate)",
+			asked, nextArgs, next)))
 	}
 	return v
 }

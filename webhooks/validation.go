@@ -279,10 +279,69 @@ func validateSubnetInPool(spec *ipamv1.SubnetSpec, pool ledger.PoolView, poolNam
 			fmt.Sprintf("SubnetPool %s has no defaultPrefixLength; set spec.prefixLength or spec.cidr", poolName)))
 		return v
 	}
-	if violation := rules.CheckLength(length); violation != nil {
-		v.add(reasonPrefixBounds, field.Invalid(path.Child("prefixLength"), length, violation.Detail))
+	if violation := checkLengthClearOfReserved(rules, length); violation != nil {
+		v.add(violationReason(violation), field.Invalid(path.Child("prefixLength"), length, violation.Detail))
 	}
 	return v
+}
+
+// checkLengthClearOfReserved is the engine's CheckLength, and the reserved
+// ranges too: a length that fits the pool's range and bounds, but whose
+// every block overlaps a reserved range, can never be allocated, so it is
+// refused here rather than left to wait (PoolExhausted) forever. When the
+// reserved ranges rule out lengths the bounds allow, the lengths the
+// message offers ("use 19 to 28") leave those out too.
+func checkLengthClearOfReserved(rules ipspace.Rules, length int) *ipspace.Violation {
+	violation := rules.CheckLength(length)
+	if len(rules.Reserved) == 0 {
+		return violation
+	}
+	lo, hi := rules.AllowedLengths()
+	// The largest block clear of every reserved range: O(r log r) for r
+	// reserved ranges (at most 256), and only for a pool that has some.
+	clear := ipspace.NewSpace(rules.Pool, rules.Reserved).Usage().LargestFree
+	clearLo := hi + 1 // nothing is clear: no length fits
+	if clear.IsValid() {
+		clearLo = max(lo, clear.Bits())
+	}
+	if clearLo == lo {
+		return violation // the reserved ranges rule out nothing the bounds allow
+	}
+	if violation != nil {
+		detail, _ := strings.CutSuffix(violation.Detail, allowedLengths(lo, hi))
+		return &ipspace.Violation{Rule: violation.Rule, Detail: detail + allowedLengths(clearLo, hi)}
+	}
+	if length >= clearLo {
+		return nil
+	}
+	return &ipspace.Violation{Rule: ipspace.RuleReserved, Detail: fmt.Sprintf("no /%d of %s (%s) is clear of its reserved ranges (%s)",
+		length, rules.Name, rules.Pool, listPrefixes(rules.Reserved, maxNamed)) + allowedLengths(clearLo, hi)}
+}
+
+// allowedLengths ends a refused length's message with the lengths that
+// would do, as the engine's CheckLength words it.
+func allowedLengths(lo, hi int) string {
+	switch {
+	case lo > hi:
+		return ": it allows no prefix length"
+	case lo == hi:
+		return fmt.Sprintf(": use %d", lo)
+	default:
+		return fmt.Sprintf(": use %d to %d", lo, hi)
+	}
+}
+
+// listPrefixes names up to limit prefixes, plus a count of the rest.
+func listPrefixes(ps []netip.Prefix, limit int) string {
+	parts := make([]string, 0, min(len(ps), limit))
+	for _, p := range ps[:min(len(ps), limit)] {
+		parts = append(parts, p.String())
+	}
+	s := strings.Join(parts, ", ")
+	if extra := len(ps) - limit; extra > 0 {
+		s += fmt.Sprintf(" and %d more", extra)
+	}
+	return s
 }
 
 // poolRules are the engine's rules of a pool as the ledger shows it.

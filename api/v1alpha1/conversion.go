@@ -50,6 +50,7 @@ func ConvertSubnetToHub(_ context.Context, src *Subnet, dst *v1alpha2.Subnet) er
 		ObservedGeneration: src.Status.ObservedGeneration,
 		CIDR:               src.Status.CIDR,
 		Addresses:          src.Status.Addresses,
+		Gateway:            src.Status.Gateway,
 		IPAddresses:        (*v1alpha2.IPAddressUsage)(src.Status.IPAddresses.DeepCopy()),
 		Conditions:         copyConditions(src.Status.Conditions),
 	}
@@ -74,6 +75,7 @@ func ConvertSubnetFromHub(_ context.Context, src *v1alpha2.Subnet, dst *Subnet) 
 		ObservedGeneration: src.Status.ObservedGeneration,
 		CIDR:               src.Status.CIDR,
 		Addresses:          src.Status.Addresses,
+		Gateway:            src.Status.Gateway,
 		IPAddresses:        (*IPAddressUsage)(src.Status.IPAddresses.DeepCopy()),
 		Conditions:         copyConditions(src.Status.Conditions),
 	}

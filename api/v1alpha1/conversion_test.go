@@ -394,3 +394,28 @@ func TestStatusStaysWithThePoolThatDecidedIt(t *testing.T) {
 		t.Errorf("a child pool's status decided for netops/corp: status.cidr %q, want 10.0.2.0/24", hubPool.Status.CIDR)
 	}
 }
+
+// The gateway in effect (status.gateway, kubectl get -o wide's GATEWAY)
+// reads the same through v1alpha1, and a v1alpha1 client's write keeps it.
+func TestSubnetGatewayInEffectConverts(t *testing.T) {
+	ctx := context.Background()
+	hub := &v1alpha2.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web"},
+		Spec:       v1alpha2.SubnetSpec{PoolRef: v1alpha2.PoolReference{Namespace: "team-a", Name: "dc"}, CIDR: "10.0.1.0/24"},
+		Status:     v1alpha2.SubnetStatus{CIDR: "10.0.1.0/24", Addresses: "256", Gateway: "10.0.1.1"},
+	}
+	var spoke Subnet
+	if err := ConvertSubnetFromHub(ctx, hub, &spoke); err != nil {
+		t.Fatal(err)
+	}
+	if spoke.Status.Gateway != "10.0.1.1" {
+		t.Errorf("v1alpha1 status.gateway %q, want 10.0.1.1", spoke.Status.Gateway)
+	}
+	var back v1alpha2.Subnet
+	if err := ConvertSubnetToHub(ctx, &spoke, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Status.Gateway != "10.0.1.1" {
+		t.Errorf("v1alpha2 status.gateway after a v1alpha1 round trip %q, want 10.0.1.1", back.Status.Gateway)
+	}
+}

@@ -22,7 +22,9 @@ import (
 // clusterIP), so that the Subnet asks for the same range again when it is
 // restored from a backup without status.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"
+// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength || (oldSelf.hasValue() && ((has(oldSelf.value().cidr) && oldSelf.value().cidr != self.cidr) || (has(oldSelf.value().prefixLength) && oldSelf.value().prefixLength != self.prefixLength)))",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range",optionalOldSelf=true
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || !has(self.cidr) || self.cidr == oldSelf.cidr",messageExpression="'\"%s\": cidr is immutable: a Subnet keeps the range it claims (%s) for its lifetime; to claim another, delete this Subnet and create a new one (kubectl ipam next %s shows what the pool would allocate)'.format([self.cidr, oldSelf.cidr, self.poolRef])",fieldPath=".cidr",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.prefixLength) || !has(self.prefixLength) || self.prefixLength == oldSelf.prefixLength",messageExpression="'%d: prefixLength is immutable: a Subnet keeps the length it asked for (/%d) for its lifetime; to claim another, delete this Subnet and create a new one (kubectl ipam next %s --length %d shows what the pool would allocate)'.format([self.prefixLength, oldSelf.prefixLength, self.poolRef, self.prefixLength])",fieldPath=".prefixLength",reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength) || (!has(oldSelf.prefixLength) && !has(oldSelf.cidr) && has(self.cidr))",message="prefixLength cannot be added or removed after creation, except beside the range recorded in cidr"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || has(self.cidr)",message="cidr cannot be removed: it is the range this Subnet claims (for a prefixLength claim, the range allocated to it)"
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || has(self.cidr)",message="needs an explicit cidr: the gateway of a range not allocated yet cannot be known; leave gateway out to use the first usable address",fieldPath=".gateway"
@@ -51,7 +53,6 @@ type SubnetSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.1.0/24 or 2001:db8:0:1::/64 (no zone, no leading zeros, no IPv4-mapped IPv6)"
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cidr is immutable"
 	CIDR string `json:"cidr,omitempty"`
 
 	// PrefixLength asks the controller to allocate a free range of this
@@ -60,7 +61,6 @@ type SubnetSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=128
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="prefixLength is immutable"
 	PrefixLength *int32 `json:"prefixLength,omitempty"`
 
 	// Gateway is the gateway address handed to Cluster API machines (see
@@ -115,6 +115,11 @@ type SubnetStatus struct {
 	// +optional
 	Addresses string `json:"addresses,omitempty"`
 
+	// Gateway is the gateway in effect while the Subnet holds status.cidr
+	// (see v1alpha2).
+	// +optional
+	Gateway string `json:"gateway,omitempty"`
+
 	// IPAddresses counts the addresses handed out to Cluster API claims.
 	// +optional
 	IPAddresses *IPAddressUsage `json:"ipAddresses,omitempty"`
@@ -148,6 +153,7 @@ type SubnetStatus struct {
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Held",type=string,JSONPath=`.status.cidr`,priority=1
 // +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=`.status.addresses`,priority=1
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.status.gateway`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Subnet struct {
 	metav1.TypeMeta   `json:",inline"`

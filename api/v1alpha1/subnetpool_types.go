@@ -193,7 +193,6 @@ type SubnetPoolStatus struct {
 // +kubebuilder:printcolumn:name="Used%",type=integer,JSONPath=`.status.utilizationPercent`
 // +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.free`
 // +kubebuilder:printcolumn:name="Largest Free",type=string,JSONPath=`.status.largestFreeBlock`
-// +kubebuilder:printcolumn:name="Utilization",type=string,JSONPath=`.status.utilization`,priority=1
 // +kubebuilder:printcolumn:name="Subnets",type=integer,JSONPath=`.status.subnets`,priority=1
 // +kubebuilder:printcolumn:name="Allocatable",type=string,JSONPath=`.status.allocatableBlocks`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

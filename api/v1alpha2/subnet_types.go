@@ -44,6 +44,15 @@ func (r PoolReference) String() string {
 	return r.Namespace + "/" + r.Name
 }
 
+// The immutability rules of cidr and prefixLength below sit on the spec, not
+// on the fields, so that their message can name the pool (kubectl ipam next
+// POOL). The API server prints a rule with a fieldPath without the value it
+// refused ("spec.cidr: Invalid value: cidr is immutable…"), so the message
+// starts with the value, quoted as kubectl quotes it elsewhere. The
+// agreement rule (cidr a /prefixLength range) has optionalOldSelf and stays
+// quiet on an update that changes either field: the field's own rule says
+// what is wrong, once.
+
 // SubnetSpec claims a range from a pool: either an explicit cidr, or a
 // prefixLength that the controller allocates. With neither, the defaulting
 // webhook fills prefixLength from the pool's defaultPrefixLength (and the
@@ -58,7 +67,12 @@ func (r PoolReference) String() string {
 // field before its pool existed gets its range's length in
 // spec.prefixLength in the same write.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range"
+// An edit of cidr or prefixLength is refused with one message per field,
+// which says what to do instead.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(self.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.prefixLength || (oldSelf.hasValue() && ((has(oldSelf.value().cidr) && oldSelf.value().cidr != self.cidr) || (has(oldSelf.value().prefixLength) && oldSelf.value().prefixLength != self.prefixLength)))",message="cidr and prefixLength together mean a range allocated earlier: cidr must be a /prefixLength range",optionalOldSelf=true
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || !has(self.cidr) || self.cidr == oldSelf.cidr",messageExpression="'\"%s\": cidr is immutable: a Subnet keeps the range it claims (%s) for its lifetime; to claim another, delete this Subnet and create a new one (kubectl ipam next %s shows what the pool would allocate)'.format([self.cidr, oldSelf.cidr, (has(self.poolRef.__namespace__) ? '-n ' + self.poolRef.__namespace__ + ' ' + self.poolRef.name : self.poolRef.name)])",fieldPath=".cidr",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.prefixLength) || !has(self.prefixLength) || self.prefixLength == oldSelf.prefixLength",messageExpression="'%d: prefixLength is immutable: a Subnet keeps the length it asked for (/%d) for its lifetime; to claim another, delete this Subnet and create a new one (kubectl ipam next %s --length %d shows what the pool would allocate)'.format([self.prefixLength, oldSelf.prefixLength, (has(self.poolRef.__namespace__) ? '-n ' + self.poolRef.__namespace__ + ' ' + self.poolRef.name : self.poolRef.name), self.prefixLength])",fieldPath=".prefixLength",reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule="has(self.prefixLength) == has(oldSelf.prefixLength) || (!has(oldSelf.prefixLength) && !has(oldSelf.cidr) && has(self.cidr))",message="prefixLength cannot be added or removed after creation, except beside the range recorded in cidr"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cidr) || has(self.cidr)",message="cidr cannot be removed: it is the range this Subnet claims (for a prefixLength claim, the range allocated to it)"
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || has(self.cidr)",message="needs an explicit cidr: the gateway of a range not allocated yet cannot be known; leave gateway out to use the first usable address",fieldPath=".gateway"
@@ -84,7 +98,6 @@ type SubnetSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.1.0/24 or 2001:db8:0:1::/64 (no zone, no leading zeros, no IPv4-mapped IPv6)"
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cidr is immutable"
 	CIDR string `json:"cidr,omitempty"`
 
 	// PrefixLength asks the controller to allocate a free range of this
@@ -93,7 +106,6 @@ type SubnetSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=128
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="prefixLength is immutable"
 	PrefixLength *int32 `json:"prefixLength,omitempty"`
 
 	// Gateway is the gateway address of the Subnet's network, handed to
@@ -141,6 +153,14 @@ type SubnetStatus struct {
 	// +optional
 	Addresses string `json:"addresses,omitempty"`
 
+	// Gateway is the gateway in effect while the Subnet holds status.cidr:
+	// spec.gateway, or else the first usable address of the range (the
+	// network address + 1; the network address itself for a /31 or /32, an
+	// IPv6 /127 or /128). It is what Cluster API machines get as their
+	// IPAddress's gateway, and what kubectl get -o wide shows.
+	// +optional
+	Gateway string `json:"gateway,omitempty"`
+
 	// IPAddresses counts the addresses handed out from the Subnet to
 	// Cluster API IPAddressClaims; set once the Subnet has served one.
 	// +optional
@@ -178,7 +198,7 @@ type SubnetStatus struct {
 // +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=`.status.addresses`,priority=1
 // +kubebuilder:printcolumn:name="IPs In Use",type=integer,JSONPath=`.status.ipAddresses.inUse`
 // +kubebuilder:printcolumn:name="IPs Free",type=string,JSONPath=`.status.ipAddresses.free`,priority=1
-// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,priority=1
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.status.gateway`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Subnet struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -246,7 +246,6 @@ type SubnetPoolStatus struct {
 // +kubebuilder:printcolumn:name="Largest Free",type=string,JSONPath=`.status.largestFreeBlock`
 // +kubebuilder:printcolumn:name="Parent Namespace",type=string,JSONPath=`.spec.parentRef.namespace`,priority=1
 // +kubebuilder:printcolumn:name="Allowed",type=string,JSONPath=`.spec.allowedNamespaces.from`,priority=1
-// +kubebuilder:printcolumn:name="Utilization",type=string,JSONPath=`.status.utilization`,priority=1
 // +kubebuilder:printcolumn:name="Subnets",type=integer,JSONPath=`.status.subnets`,priority=1
 // +kubebuilder:printcolumn:name="Allocatable",type=string,JSONPath=`.status.allocatableBlocks`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

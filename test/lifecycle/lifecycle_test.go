@@ -290,6 +290,7 @@ func awaitQuiescent(ctx context.Context, c client.Client, namespaces []string, r
 		}
 		r := checkQuiescent(objs, labels)
 		r.checkOneHolderPerRange(objs) // O1: ops_restore_test.go
+		r.checkGateways(objs)          // G1, G2: gateway_checks.go
 		known := true
 		for _, f := range r.findings {
 			known = known && reported[f.Key]

@@ -93,6 +93,9 @@ type obj struct {
 	Created, DeletedAt time.Time
 	// Gateway is a Subnet's or an IPAddress's spec.gateway.
 	Gateway string
+	// StatusGateway is a Subnet's status.gateway, the gateway in effect
+	// (gateway_checks.go).
+	StatusGateway string
 	// IPAddresses is a Subnet's status.ipAddresses.
 	IPAddresses *ipamv1.IPAddressUsage
 
@@ -123,7 +126,7 @@ func fromSubnet(s *ipamv1.Subnet) obj {
 		StatusCIDR: s.Status.CIDR, ObservedGeneration: s.Status.ObservedGeneration,
 		Conditions: slices.Clone(s.Status.Conditions),
 		Finalizers: slices.Clone(s.Finalizers), Created: s.CreationTimestamp.Time, DeletedAt: timeOf(s.DeletionTimestamp),
-		Gateway: s.Spec.Gateway, IPAddresses: s.Status.IPAddresses.DeepCopy(),
+		Gateway: s.Spec.Gateway, StatusGateway: s.Status.Gateway, IPAddresses: s.Status.IPAddresses.DeepCopy(),
 	}
 }
 
