@@ -327,6 +327,9 @@ type pool struct {
 	maxLen     int // -1 if unset
 	reserved   []netip.Prefix
 	statusCIDR netip.Prefix // status.cidr as the API shows it
+	// awaitingHub: a delegated root pool whose spec.cidr the hub has not
+	// granted (delegation.go); it asks its space for nothing.
+	awaitingHub bool
 	// labels are the pool's labels, for the metrics (the alert opt-out).
 	labels map[string]string
 	// consent is spec.allowedNamespaces: who may claim from the pool.
@@ -567,6 +570,11 @@ type book struct {
 	// the default space's while no AddressSpace named default exists.
 	spaces       map[string]consent
 	defaultSpace consent
+	// delegations are what the fleet's member reconciler learnt from the
+	// hub about each delegated root pool, and delegatedPools the last
+	// object of each (delegation.go).
+	delegations    map[poolID]DelegationState
+	delegatedPools map[poolID]*ipamv1.SubnetPool
 }
 
 type namespaceRecord struct {
@@ -625,7 +633,8 @@ type Ledger struct {
 func New() *Ledger {
 	return &Ledger{
 		b: book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}, addresses: addressBook{}, addressClaims: addressClaims{},
-			spaces: map[string]consent{}, defaultSpace: everyNamespace},
+			spaces: map[string]consent{}, defaultSpace: everyNamespace,
+			delegations: map[poolID]DelegationState{}, delegatedPools: map[poolID]*ipamv1.SubnetPool{}},
 		listeners: map[int]func(Event){},
 		lastRV:    map[string]string{},
 		changed:   make(chan struct{}),
