@@ -25,6 +25,8 @@ BENCH_TIME ?= 1s
 # Load runs (test/load): Subnets per run (comma-separated) and clients.
 LOAD_N ?= 1000
 LOAD_CLIENTS ?= 8
+# Fleet load runs (test/fleetload): members asking the hub at once.
+FLEET_LOAD_N ?= 50
 
 ##@ General
 
@@ -87,6 +89,11 @@ dev: tools build ## Run a local control plane with cert-manager, the operator an
 	go build -o $(LOCALBIN)/dev ./hack/dev
 	KUBEBUILDER_ASSETS=$(ASSETS) $(LOCALBIN)/dev --dir .dev --manager $(LOCALBIN)/manager
 
+.PHONY: dev-fleet
+dev-fleet: tools build ## Run a hub and two member control planes, each with the operator, the members' pools delegated from the hub's plan (docs/fleet.md; Ctrl-C stops it).
+	go build -o $(LOCALBIN)/dev-fleet ./hack/devfleet
+	KUBEBUILDER_ASSETS=$(ASSETS) $(LOCALBIN)/dev-fleet --dir .dev/fleet --manager $(LOCALBIN)/manager
+
 .PHONY: dashboard-snapshot
 dashboard-snapshot: tools build ## Render every Grafana panel, evaluated by Prometheus over a local workload, to .dev/dashboard-snapshot.html (~3 min).
 	KUBEBUILDER_ASSETS=$(ASSETS) go run ./hack/dashboard-snapshot --out .dev/dashboard-snapshot.html --manager $(LOCALBIN)/manager
@@ -128,6 +135,10 @@ bench: $(BENCHSTAT) ## Run the Go benchmarks (engine, statuscalc, ledger, webhoo
 .PHONY: load
 load: tools build ## Fill a pool through a real API server, webhooks on and off: LOAD_N=1000,10000 LOAD_CLIENTS=8; profiles in bin/load-profiles.
 	KUBEBUILDER_ASSETS=$(ASSETS) go run ./test/load -n $(LOAD_N) -clients $(LOAD_CLIENTS) -manager $(LOCALBIN)/manager -profiles $(LOCALBIN)/load-profiles
+
+.PHONY: fleet-load
+fleet-load: tools build ## Time delegated pools from create to serving, 1 and FLEET_LOAD_N members asking a hub at once (docs/fleet.md).
+	KUBEBUILDER_ASSETS=$(ASSETS) go run ./test/fleetload -n 1,$(FLEET_LOAD_N) -manager $(LOCALBIN)/manager
 
 ##@ Tools
 

@@ -196,6 +196,9 @@ func (b *book) decidePool(s *slot) (Decision, []claimID) {
 	// Every decision carries the range the pool was granted, so that no
 	// status write erases a grant its claims depend on.
 	granted := c.holds()
+	if p.awaitingHub {
+		return b.awaitingHub(p, granted), nil
+	}
 	if !p.spec.IsValid() {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec, CIDR: granted, Message: "spec.cidr is not a canonical CIDR"}, nil
 	}

@@ -177,11 +177,20 @@ func (l *Ledger) deleteSubnet(obj any) *ipamv1.Subnet {
 
 // ApplyPool records a SubnetPool as created or updated.
 func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
-	facts, asClaim := poolFacts(p)
 	synced := l.Synced()
 	l.mu.Lock()
-	b := &l.b
-	b.pastStartUp = b.pastStartUp || synced
+	l.b.pastStartUp = l.b.pastStartUp || synced
+	wake := l.b.applyPool(p)
+	l.mu.Unlock()
+	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
+	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: p, OldObject: old, Wake: refs(wake)})
+}
+
+// applyPool records a pool's facts and returns the claims to wake. The
+// caller holds the decision lock.
+func (b *book) applyPool(p *ipamv1.SubnetPool) []claimID {
+	facts, asClaim := poolFacts(p)
+	b.gateDelegation(p, facts, asClaim)
 	s := b.slot(facts.id)
 	if s.pool == nil {
 		b.namespace(p.Namespace).pools++
@@ -216,9 +225,7 @@ func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
 		s.sweep = true
 		wake = append(wake, b.waiters(s)...)
 	}
-	l.mu.Unlock()
-	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
-	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: p, OldObject: old, Wake: refs(wake)})
+	return wake
 }
 
 // DeletePool records a SubnetPool's deletion. obj may be a tombstone.
@@ -240,6 +247,7 @@ func (l *Ledger) DeletePool(obj any) {
 			wake = append(wake, b.wakeAfterRelease(pool, released)...)
 		}
 		s.pool = nil
+		b.forgetDelegation(s.id)
 		b.rebuildSpace(s)
 		wake = append(wake, b.waiters(s)...)
 		b.dropIfEmpty(s)

@@ -339,6 +339,9 @@ type pool struct {
 	maxLen     int // -1 if unset
 	reserved   []netip.Prefix
 	statusCIDR netip.Prefix // status.cidr as the API shows it
+	// awaitingHub: a delegated root pool whose spec.cidr the hub has not
+	// granted (delegation.go); it asks its space for nothing.
+	awaitingHub bool
 	// labels are the pool's labels, for the metrics (the alert opt-out).
 	labels map[string]string
 	// consent is spec.allowedNamespaces: who may claim from the pool.
@@ -587,6 +590,11 @@ type book struct {
 	// (a relist after the watch fell behind, a new object under a known
 	// name) is not part of the start-up list; a range it shows is seen now.
 	pastStartUp bool
+	// delegations are what the fleet's member reconciler learnt from the
+	// hub about each delegated root pool, and delegatedPools the last
+	// object of each (delegation.go).
+	delegations    map[poolID]DelegationState
+	delegatedPools map[poolID]*ipamv1.SubnetPool
 }
 
 // tick returns the next number in the order of range changes.
@@ -651,7 +659,8 @@ type Ledger struct {
 func New() *Ledger {
 	return &Ledger{
 		b: book{slots: map[poolID]*slot{}, namespaces: map[string]*namespaceRecord{}, nsLabels: map[string]labels.Set{}, terminating: map[string]struct{}{}, addresses: addressBook{}, addressClaims: addressClaims{},
-			spaces: map[string]consent{}, defaultSpace: everyNamespace},
+			spaces: map[string]consent{}, defaultSpace: everyNamespace,
+			delegations: map[poolID]DelegationState{}, delegatedPools: map[poolID]*ipamv1.SubnetPool{}},
 		listeners: map[int]func(Event){},
 		lastRV:    map[string]string{},
 		changed:   make(chan struct{}),

@@ -187,6 +187,7 @@ func (v *SubnetPoolValidator) validate(ctx context.Context, old, p *ipamv1.Subne
 		oldSpec = &old.Spec
 	}
 	res.merge(validatePoolSpec(p.Namespace, p.Name, &p.Spec, oldSpec, specPath))
+	res.merge(validateDelegation(oldSpec, &p.Spec, specPath))
 	if old != nil && familyChanged(old.Spec.CIDR, p.Spec.CIDR) {
 		res.add(reasonFamily, field.Invalid(specPath.Child("cidr"), p.Spec.CIDR, "the address family of a pool cannot change: create a pool of the other family"))
 	}

@@ -372,6 +372,8 @@ func validatePoolSpec(namespace, name string, spec, old *ipamv1.SubnetPoolSpec, 
 	var cidr netip.Prefix
 	if old != nil && spec.CIDR == old.CIDR {
 		cidr, _ = ipspace.ParsePrefix(spec.CIDR)
+	} else if awaitsGrant(spec) {
+		// A delegated pool's range comes from the hub (delegation.go).
 	} else if p, err := validateCIDR(spec.CIDR, path.Child("cidr")); err != nil {
 		v.add(reasonInvalidCIDR, err)
 	} else {

@@ -33,6 +33,9 @@ const (
 	// AnnotationAllowedNamespaces holds a SubnetPool's v1alpha2
 	// spec.allowedNamespaces (JSON), which v1alpha1 has no field for.
 	AnnotationAllowedNamespaces = "ipam.subnet-operator.io/v1alpha2-allowed-namespaces"
+	// AnnotationDelegation holds a SubnetPool's v1alpha2 spec.delegation
+	// (JSON), which v1alpha1 has no field for.
+	AnnotationDelegation = "ipam.subnet-operator.io/v1alpha2-delegation"
 )
 
 // ConvertSubnetToHub converts a v1alpha1 Subnet to v1alpha2. It leaves
@@ -90,12 +93,14 @@ func ConvertSubnetPoolToHub(_ context.Context, src *SubnetPool, dst *v1alpha2.Su
 		parent = &ref
 	}
 	allowed, meta := allowedToHub(meta)
+	delegation, meta := carriedToHub[v1alpha2.PoolDelegation](meta, AnnotationDelegation)
 	dst.ObjectMeta = meta
 	dst.Spec = v1alpha2.SubnetPoolSpec{
 		CIDR:                src.Spec.CIDR,
 		ParentRef:           parent,
 		AddressSpace:        src.Spec.AddressSpace,
 		AllowedNamespaces:   allowed,
+		Delegation:          delegation,
 		DefaultPrefixLength: copyInt32(src.Spec.DefaultPrefixLength),
 		MinPrefixLength:     copyInt32(src.Spec.MinPrefixLength),
 		MaxPrefixLength:     copyInt32(src.Spec.MaxPrefixLength),
@@ -131,7 +136,7 @@ func ConvertSubnetPoolFromHub(_ context.Context, src *v1alpha2.SubnetPool, dst *
 		ref = *src.Spec.ParentRef
 	}
 	parent, meta := referenceFromHub(src.ObjectMeta, ref, AnnotationParentRef)
-	dst.ObjectMeta = allowedFromHub(meta, src.Spec.AllowedNamespaces)
+	dst.ObjectMeta = carriedFromHub(allowedFromHub(meta, src.Spec.AllowedNamespaces), AnnotationDelegation, src.Spec.Delegation)
 	dst.Spec = SubnetPoolSpec{
 		CIDR:                src.Spec.CIDR,
 		ParentRef:           parent,
@@ -268,6 +273,44 @@ func allowedFromHub(meta metav1.ObjectMeta, allowed *v1alpha2.AllowedNamespaces)
 				meta.Annotations = map[string]string{}
 			}
 			meta.Annotations[AnnotationAllowedNamespaces] = string(data)
+		}
+	}
+	if len(meta.Annotations) == 0 {
+		meta.Annotations = nil
+	}
+	return meta
+}
+
+// carriedToHub takes a v1alpha2 field that v1alpha1 has no field for out
+// of the annotation that carries it (meta is already a copy). One that does
+// not decode is dropped, as allowedToHub drops one: failing would fail a
+// whole list.
+func carriedToHub[T any](meta metav1.ObjectMeta, annotation string) (*T, metav1.ObjectMeta) {
+	carried, ok := meta.Annotations[annotation]
+	if !ok {
+		return nil, meta
+	}
+	delete(meta.Annotations, annotation)
+	if len(meta.Annotations) == 0 {
+		meta.Annotations = nil
+	}
+	var value T
+	if err := json.Unmarshal([]byte(carried), &value); err != nil {
+		return nil, meta
+	}
+	return &value, meta
+}
+
+// carriedFromHub puts a v1alpha2 field into its annotation (meta is a
+// copy), replacing one a client wrote.
+func carriedFromHub[T any](meta metav1.ObjectMeta, annotation string, value *T) metav1.ObjectMeta {
+	delete(meta.Annotations, annotation)
+	if value != nil {
+		if data, err := json.Marshal(value); err == nil { // plain structs always marshal
+			if meta.Annotations == nil {
+				meta.Annotations = map[string]string{}
+			}
+			meta.Annotations[annotation] = string(data)
 		}
 	}
 	if len(meta.Annotations) == 0 {

@@ -29,7 +29,7 @@ func filler(seed int64) *randfill.Filler {
 			m.Namespace = pick(c)
 			// The annotations that carry references, as a client may write
 			// them: well formed or not, agreeing with the reference or not.
-			for _, reserved := range []string{AnnotationPoolRef, AnnotationParentRef, AnnotationAllowedNamespaces} {
+			for _, reserved := range []string{AnnotationPoolRef, AnnotationParentRef, AnnotationAllowedNamespaces, AnnotationDelegation} {
 				switch c.Intn(4) {
 				case 0:
 					delete(m.Annotations, reserved)
@@ -153,6 +153,23 @@ func allowedCarriedByV1alpha1(meta *metav1.ObjectMeta) {
 	meta.Annotations[AnnotationAllowedNamespaces] = string(data)
 }
 
+// jsonCarriedByV1alpha1 is what an annotation carrying a v1alpha2 field as
+// JSON means after a round trip: kept, in the form v1alpha2 writes it, if it
+// decodes; otherwise dropped.
+func jsonCarriedByV1alpha1[T any](meta *metav1.ObjectMeta, annotation string) {
+	carried, ok := meta.Annotations[annotation]
+	if !ok {
+		return
+	}
+	var value T
+	if json.Unmarshal([]byte(carried), &value) != nil {
+		withoutAnnotation(meta, annotation)
+		return
+	}
+	data, _ := json.Marshal(value)
+	meta.Annotations[annotation] = string(data)
+}
+
 func TestSubnetRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	f := filler(1)
@@ -222,6 +239,7 @@ func TestSubnetPoolRoundTrips(t *testing.T) {
 		sameNamespace(want.Spec.ParentRef, want.Namespace)
 		withoutAnnotation(&want.ObjectMeta, AnnotationParentRef)
 		withoutAnnotation(&want.ObjectMeta, AnnotationAllowedNamespaces)
+		withoutAnnotation(&want.ObjectMeta, AnnotationDelegation)
 		if !apiequality.Semantic.DeepEqual(want, &back) {
 			t.Fatalf("v1alpha2 -> v1alpha1 -> v1alpha2 (-want +got):\n%s", cmp.Diff(want, &back))
 		}
@@ -241,6 +259,7 @@ func TestSubnetPoolRoundTrips(t *testing.T) {
 		want.TypeMeta = metav1.TypeMeta{}
 		carriedByV1alpha1(&want.ObjectMeta, want.Spec.ParentRef, AnnotationParentRef)
 		allowedCarriedByV1alpha1(&want.ObjectMeta)
+		jsonCarriedByV1alpha1[v1alpha2.PoolDelegation](&want.ObjectMeta, AnnotationDelegation)
 		decided, kept := decidedByV1alpha1(&want.ObjectMeta, want.Spec.ParentRef, AnnotationParentRef, want.Status.DecidedFor)
 		if want.Spec.ParentRef == "" { // a root pool's status is decided in its address space
 			decided, kept = "", true

@@ -12,24 +12,35 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.minPrefixLength) || !has(self.maxPrefixLength) || self.minPrefixLength <= self.maxPrefixLength",message="minPrefixLength must not be greater than maxPrefixLength"
 // +kubebuilder:validation:XValidation:rule="!has(self.defaultPrefixLength) || !has(self.minPrefixLength) || self.defaultPrefixLength >= self.minPrefixLength",message="defaultPrefixLength must not be less than minPrefixLength"
 // +kubebuilder:validation:XValidation:rule="!has(self.defaultPrefixLength) || !has(self.maxPrefixLength) || self.defaultPrefixLength <= self.maxPrefixLength",message="defaultPrefixLength must not be greater than maxPrefixLength"
-// +kubebuilder:validation:XValidation:rule="!isCIDR(self.cidr) || !has(self.defaultPrefixLength) || (self.defaultPrefixLength >= cidr(self.cidr).prefixLength() && self.defaultPrefixLength <= (cidr(self.cidr).ip().family() == 4 ? 32 : 128))",message="defaultPrefixLength must lie between the pool's own prefix length and the family's maximum (32 for IPv4, 128 for IPv6)"
-// +kubebuilder:validation:XValidation:rule="!isCIDR(self.cidr) || !has(self.minPrefixLength) || (self.minPrefixLength >= cidr(self.cidr).prefixLength() && self.minPrefixLength <= (cidr(self.cidr).ip().family() == 4 ? 32 : 128))",message="minPrefixLength must lie between the pool's own prefix length and the family's maximum (32 for IPv4, 128 for IPv6)"
-// +kubebuilder:validation:XValidation:rule="!isCIDR(self.cidr) || !has(self.maxPrefixLength) || (self.maxPrefixLength >= cidr(self.cidr).prefixLength() && self.maxPrefixLength <= (cidr(self.cidr).ip().family() == 4 ? 32 : 128))",message="maxPrefixLength must lie between the pool's own prefix length and the family's maximum (32 for IPv4, 128 for IPv6)"
-// +kubebuilder:validation:XValidation:rule="!has(self.reserved) || !isCIDR(self.cidr) || self.reserved.all(r, !isCIDR(r) || cidr(self.cidr).containsCIDR(r))",message="every reserved range must lie inside cidr and be of its family"
+// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !isCIDR(self.cidr) || !has(self.defaultPrefixLength) || (self.defaultPrefixLength >= cidr(self.cidr).prefixLength() && self.defaultPrefixLength <= (cidr(self.cidr).ip().family() == 4 ? 32 : 128))",message="defaultPrefixLength must lie between the pool's own prefix length and the family's maximum (32 for IPv4, 128 for IPv6)"
+// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !isCIDR(self.cidr) || !has(self.minPrefixLength) || (self.minPrefixLength >= cidr(self.cidr).prefixLength() && self.minPrefixLength <= (cidr(self.cidr).ip().family() == 4 ? 32 : 128))",message="minPrefixLength must lie between the pool's own prefix length and the family's maximum (32 for IPv4, 128 for IPv6)"
+// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !isCIDR(self.cidr) || !has(self.maxPrefixLength) || (self.maxPrefixLength >= cidr(self.cidr).prefixLength() && self.maxPrefixLength <= (cidr(self.cidr).ip().family() == 4 ? 32 : 128))",message="maxPrefixLength must lie between the pool's own prefix length and the family's maximum (32 for IPv4, 128 for IPv6)"
+// +kubebuilder:validation:XValidation:rule="!has(self.reserved) || !has(self.cidr) || !isCIDR(self.cidr) || self.reserved.all(r, !isCIDR(r) || cidr(self.cidr).containsCIDR(r))",message="every reserved range must lie inside cidr and be of its family"
 // +kubebuilder:validation:XValidation:rule="has(self.parentRef) == has(oldSelf.parentRef)",message="parentRef cannot be added or removed after creation"
-// +kubebuilder:validation:XValidation:rule="!isCIDR(self.cidr) || !isCIDR(oldSelf.cidr) || cidr(self.cidr).ip().family() == cidr(oldSelf.cidr).ip().family()",message="the address family of cidr cannot change: create a pool of the other family"
+// +kubebuilder:validation:XValidation:rule="!has(self.cidr) || !has(oldSelf.cidr) || !isCIDR(self.cidr) || !isCIDR(oldSelf.cidr) || cidr(self.cidr).ip().family() == cidr(oldSelf.cidr).ip().family()",message="the address family of cidr cannot change: create a pool of the other family"
 // +kubebuilder:validation:XValidation:rule="!has(self.addressSpace) || !has(self.parentRef)",message="addressSpace is set on root pools only: a child pool is in its parent's address space"
 // +kubebuilder:validation:XValidation:rule="has(self.addressSpace) == has(oldSelf.addressSpace)",message="addressSpace cannot be added or removed after creation: create a new root pool in the other space"
+// +kubebuilder:validation:XValidation:rule="has(self.cidr) || has(self.delegation)",message="cidr is required, except on a pool delegated from a hub cluster (spec.delegation), whose range the hub grants"
+// +kubebuilder:validation:XValidation:rule="!has(self.delegation) || !has(self.parentRef)",message="a delegated pool is a root pool: it takes its range from the hub, not from a parent"
+// +kubebuilder:validation:XValidation:rule="!has(self.delegation) || has(self.cidr) || has(self.delegation.prefixLength)",message="a delegated pool asks the hub for a range: set spec.delegation.prefixLength, or spec.cidr for an explicit range"
+// +kubebuilder:validation:XValidation:rule="!has(self.delegation) || !has(self.cidr) || !has(self.delegation.prefixLength) || !isCIDR(self.cidr) || cidr(self.cidr).prefixLength() == self.delegation.prefixLength",message="cidr and delegation.prefixLength together mean a range the hub granted: cidr must be a /prefixLength range"
+// +kubebuilder:validation:XValidation:rule="has(self.delegation) == has(oldSelf.delegation)",message="delegation cannot be added or removed after creation: create a new pool"
+// +kubebuilder:validation:XValidation:rule="!has(self.delegation) || !has(oldSelf.cidr) || (has(self.cidr) && self.cidr == oldSelf.cidr)",message="the cidr of a delegated pool is written once, with the hub's grant, and is immutable: create a new delegated pool for another range"
 type SubnetPoolSpec struct {
 	// CIDR is the range of the pool in canonical form, IPv4 (10.0.0.0/16) or
 	// IPv6 (2001:db8::/48). Host bits must be zero. It may grow to a range
 	// that contains it; it may shrink only while every claim still fits.
-	// +required
+	//
+	// Required, except on a delegated pool (spec.delegation): there the
+	// member's manager writes it once, with the range the hub granted, and
+	// it is immutable after; set at create, it asks the hub for that range
+	// (a restore from a backup does so).
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/16 or 2001:db8::/48 (no zone, no leading zeros, no IPv4-mapped IPv6)"
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="host bits set: write the network address (10.0.0.0/24, not 10.0.0.1/24)"
-	CIDR string `json:"cidr"`
+	CIDR string `json:"cidr,omitempty"`
 
 	// ParentRef is the pool this pool is carved from; its namespace
 	// defaults to the pool's own. The range must lie inside the parent and
@@ -86,6 +97,31 @@ type SubnetPoolSpec struct {
 	// ClaimsNotAllowed condition names them, and new claims are refused.
 	// +optional
 	AllowedNamespaces *AllowedNamespaces `json:"allowedNamespaces,omitempty"`
+
+	// Delegation takes this root pool's range from a pool in a hub cluster
+	// (docs/fleet.md): the member's manager claims it there, records the
+	// grant in spec.cidr and serves it once the hub has granted it. Only
+	// on root pools; immutable.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="delegation is immutable: create a new delegated pool"
+	Delegation *PoolDelegation `json:"delegation,omitempty"`
+}
+
+// PoolDelegation names the hub pool a member's root pool takes its range
+// from.
+type PoolDelegation struct {
+	// PoolRef is the pool in the hub cluster. Its namespace is required:
+	// the member's namespaces mean nothing in the hub.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="has(self.__namespace__)",message="namespace is required: name the hub pool's namespace"
+	PoolRef PoolReference `json:"poolRef"`
+
+	// PrefixLength is the size of range to ask the hub for. Leave it out
+	// to ask for the explicit range in spec.cidr.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=128
+	PrefixLength *int32 `json:"prefixLength,omitempty"`
 }
 
 // FromNamespaces says which namespaces a pool allows claims from.

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -32,6 +34,7 @@ import (
 	ipamv1alpha1 "github.com/subnet-operator/subnet-operator/api/v1alpha1"
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/capi"
+	"github.com/subnet-operator/subnet-operator/fleet"
 	"github.com/subnet-operator/subnet-operator/ledger"
 	"github.com/subnet-operator/subnet-operator/reconcilers"
 	"github.com/subnet-operator/subnet-operator/webhooks"
@@ -60,6 +63,7 @@ type flags struct {
 	clusterAPI                                      string
 	addressReuseAfter                               time.Duration
 	claimWorkers                                    int
+	hubKubeconfigSecret, clusterName                string
 }
 
 func parseFlags() (flags, zap.Options) {
@@ -99,6 +103,8 @@ func parseFlags() (flags, zap.Options) {
 	flag.DurationVar(&f.addressReuseAfter, "address-reuse-after", time.Minute, "Cool-down of a released Cluster API address: it is handed out again only this long after its IPAddress was deleted (ARP/ND caches and DNS outlive a machine).")
 	flag.IntVar(&f.claimWorkers, "ipaddressclaim-workers", 10, "Concurrent IPAddressClaim reconciles (decisions stay serial: the ledger's decision lock).")
 	opts := zap.Options{Development: false}
+	flag.StringVar(&f.hubKubeconfigSecret, "hub-kubeconfig-secret", "", "namespace/name of a Secret in this cluster holding the kubeconfig (key \"value\") of a hub cluster: root pools with spec.delegation then take their ranges from the hub's pools (docs/fleet.md). The kubeconfig context's namespace is this member's namespace in the hub (default: --cluster-name). Empty: no fleet.")
+	flag.StringVar(&f.clusterName, "cluster-name", "", "This cluster's identity in the hub (a DNS label): in the names and labels of its claims there. Required with --hub-kubeconfig-secret.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	return f, opts
@@ -247,6 +253,9 @@ func run(ctx context.Context, f flags) error {
 	if err := setupClusterAPI(mgr, l, f, common); err != nil {
 		return err
 	}
+	if err := setupFleetMember(ctx, mgr, l, f, scheme); err != nil {
+		return err
+	}
 
 	// The certificates' expiry, for the dashboard and the expiry alert. The
 	// metrics server generates its own certificate in memory when no
@@ -287,6 +296,27 @@ func run(ctx context.Context, f flags) error {
 
 	ctrl.Log.WithName("setup").Info("Starting manager", "leaderElection", f.leaderElect, "webhookPort", f.webhookPort)
 	return mgr.Start(ctx)
+}
+
+// setupFleetMember takes delegated root pools' ranges from the hub when
+// --hub-kubeconfig-secret names one. The Secret is read once, at start,
+// from the API server (the manager caches no Secrets).
+func setupFleetMember(ctx context.Context, mgr ctrl.Manager, l *ledger.Ledger, f flags, scheme *runtime.Scheme) error {
+	if f.hubKubeconfigSecret == "" {
+		return nil
+	}
+	if errs := validation.IsDNS1123Label(f.clusterName); len(errs) > 0 {
+		return fmt.Errorf("--cluster-name %q (required with --hub-kubeconfig-secret): %s", f.clusterName, strings.Join(errs, "; "))
+	}
+	hub, err := fleet.HubFromSecret(ctx, mgr.GetAPIReader(), f.hubKubeconfigSecret, f.clusterName, scheme)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.WithName("setup").Info("Taking delegated pools' ranges from the hub", "cluster", f.clusterName, "hubNamespace", hub.Namespace)
+	if err := (&fleet.MemberReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l, Hub: hub, ClusterName: f.clusterName}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("fleet member controller: %w", err)
+	}
+	return nil
 }
 
 // setupClusterAPI starts the Cluster API IPAM provider if the flag and the

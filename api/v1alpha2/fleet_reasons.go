@@ -1,0 +1,47 @@
+package v1alpha2
+
+// Names a fleet uses (docs/fleet.md): a member cluster's root pool delegated
+// from a pool in a hub cluster (spec.delegation).
+
+// ConditionDelegated on a delegated pool: True while the hub holds the
+// range the pool serves for it (reason Delegated); False with why not
+// (HubUnreachable, DelegationPending, DelegationLost).
+const ConditionDelegated = "Delegated"
+
+// Reasons of the Delegated condition. A delegated pool that serves no range
+// yet has the same reason on its Ready condition.
+const (
+	// ReasonDelegated: the hub granted the range in spec.cidr to this
+	// pool's claim there, and the pool serves it.
+	ReasonDelegated = "Delegated"
+	// ReasonHubUnreachable: the member's manager cannot reach the hub; the
+	// message carries the error. A pool that serves a range keeps serving
+	// it; one that serves none waits.
+	ReasonHubUnreachable = "HubUnreachable"
+	// ReasonDelegationPending: the claim in the hub is made and not (yet)
+	// granted, or the hub's grant and spec.cidr disagree; the message
+	// carries the hub Subnet's reason and message.
+	ReasonDelegationPending = "DelegationPending"
+	// ReasonDelegationLost: the claim in the hub was deleted there while
+	// the pool serves a range. The pool keeps serving it and the manager
+	// claims the same range again; the message says whether the hub
+	// granted it back.
+	ReasonDelegationLost = "DelegationLost"
+)
+
+// Labels and annotations on the claim (a Subnet) a member makes in the hub,
+// so that the hub's objects say which cluster holds what.
+const (
+	// LabelMemberCluster names the member cluster that made the claim.
+	LabelMemberCluster = "fleet.ipam.subnet-operator.io/member-cluster"
+	// AnnotationMemberPool is the member pool, "namespace/name".
+	AnnotationMemberPool = "fleet.ipam.subnet-operator.io/member-pool"
+	// AnnotationMemberPoolUID is the member pool's UID when the claim was
+	// made (a pool restored from a backup has another and adopts the claim).
+	AnnotationMemberPoolUID = "fleet.ipam.subnet-operator.io/member-pool-uid"
+
+	// FinalizerDelegation keeps a delegated pool until its claim in the hub
+	// is released, which happens once the pool holds nothing (after the
+	// pool-protection finalizer is gone).
+	FinalizerDelegation = "fleet.ipam.subnet-operator.io/delegation"
+)

@@ -1,0 +1,49 @@
+package fleet
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+)
+
+// A member requeues only its own claims' pools: another member's claim in
+// the same hub namespace, or a Subnet that is no member's claim, is none of
+// its business.
+func TestMemberPoolOfIsOnlyThisMembersClaims(t *testing.T) {
+	pool := types.NamespacedName{Namespace: "network", Name: "pods"}
+	claim := func(cluster, memberPool string) *ipamv1.Subnet {
+		s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: claimName(cluster, pool)}}
+		if cluster != "" {
+			s.Labels = map[string]string{ipamv1.LabelMemberCluster: cluster}
+		}
+		if memberPool != "" {
+			s.Annotations = map[string]string{ipamv1.AnnotationMemberPool: memberPool}
+		}
+		return s
+	}
+	tests := []struct {
+		name  string
+		s     *ipamv1.Subnet
+		want  types.NamespacedName
+		found bool
+	}{
+		{"its own", claim("member-a", "network/pods"), pool, true},
+		{"another member's", claim("member-b", "network/pods"), types.NamespacedName{}, false},
+		{"a Subnet of the hub's own", claim("", ""), types.NamespacedName{}, false},
+		{"an annotation that names no pool", claim("member-a", "pods"), types.NamespacedName{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, found := memberPoolOf(tt.s, "member-a")
+			if got != tt.want || found != tt.found {
+				t.Errorf("memberPoolOf = %v, %v; want %v, %v", got, found, tt.want, tt.found)
+			}
+		})
+	}
+	if a, b := claimName("member-a", pool), claimName("member-b", pool); a == b {
+		t.Errorf("two members' claims for one pool name share the name %s", a)
+	}
+}

@@ -1,0 +1,293 @@
+// Command devfleet is `make dev-fleet`: a fleet on 127.0.0.1 (docs/fleet.md),
+// a hub and two member control planes, each with the operator, in the
+// foreground until Ctrl-C. The hub holds the plan (platform/plan,
+// 10.0.0.0/8); each member's delegated root pool network/pods takes a /16 of
+// it, claimed with a Subnet in the member's own namespace of the hub.
+// State and logs go to .dev/fleet/; a run that crashed is cleaned up by the
+// next one.
+//
+// Small on purpose (2 cores run three control planes): no
+// kube-controller-manager, no Cluster API CRDs and no webhook client
+// authentication on any of them; a fleet needs none of these.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/test/controlplane"
+	"github.com/subnet-operator/subnet-operator/test/environment"
+)
+
+// The members' names: their identities in the hub (--cluster-name, the
+// common name of their hub client certificates) and their hub namespaces,
+// as config/samples/fleet/hub names them.
+var members = []string{"member-1", "member-2"}
+
+// The hub kubeconfig Secret in each member, where config/fleet-member has
+// the manager read it.
+const (
+	secretNamespace = environment.Namespace
+	secretName      = "subnet-operator-hub-kubeconfig"
+)
+
+func main() {
+	dir := flag.String("dir", ".dev/fleet", "State directory: one subdirectory per control plane (etcd data, certificates, kubeconfig, logs).")
+	manager := flag.String("manager", "bin/manager", "The manager binary (make dev-fleet builds it).")
+	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // the admin clients' logs are not the user's
+	if err := run(*dir, *manager); err != nil {
+		fmt.Fprintln(os.Stderr, "dev-fleet:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dir, manager string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	pidFile := filepath.Join(dir, "pids")
+	if err := cleanUpPreviousRun(dir, pidFile); err != nil {
+		return err
+	}
+	if manager, err = filepath.Abs(manager); err != nil {
+		return err
+	}
+	var envs []*environment.Environment
+	defer func() {
+		for _, env := range envs {
+			env.Stop()
+		}
+	}()
+	// Every process's pid, as soon as it runs: a run killed while starting
+	// leaves nothing behind for the next.
+	recordPids := func() error {
+		var pids bytes.Buffer
+		for _, env := range envs {
+			for _, p := range env.Processes() {
+				fmt.Fprintln(&pids, p.Pid())
+			}
+		}
+		return os.WriteFile(pidFile, pids.Bytes(), 0o600)
+	}
+	defer func() { _ = os.Remove(pidFile) }()
+
+	fmt.Println("Starting a hub and two member control planes (etcd, kube-apiserver, cert-manager, the operator) on 127.0.0.1 ...")
+	start := time.Now()
+	hub, err := environment.Start(ctx, environment.Options{Dir: filepath.Join(dir, "hub"), Manager: manager})
+	if err != nil {
+		return fmt.Errorf("the hub: %w (logs in %s)", err, filepath.Join(dir, "hub", "logs"))
+	}
+	envs = append(envs, hub)
+	if err := recordPids(); err != nil {
+		return err
+	}
+	// The plan, the members' namespaces and config/fleet-hub's RBAC for
+	// each member's identity.
+	if _, err := hub.Kubectl(ctx, nil, "apply", "-k", filepath.Join(hub.RepoRoot, "config", "samples", "fleet", "hub")); err != nil {
+		return fmt.Errorf("applying config/samples/fleet/hub: %w", err)
+	}
+
+	// The members start side by side: each needs only the hub's CA to
+	// issue its identity.
+	started := make([]*environment.Environment, len(members))
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, name := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started[i], errs[i] = startMember(ctx, hub, filepath.Join(dir, name), manager, name)
+		}()
+	}
+	wg.Wait()
+	for i, env := range started {
+		if env != nil {
+			envs = append(envs, env)
+		}
+		if errs[i] != nil {
+			err = errors.Join(err, fmt.Errorf("%s: %w (logs in %s)", members[i], errs[i], filepath.Join(dir, members[i], "logs")))
+		}
+	}
+	if pidErr := recordPids(); pidErr != nil {
+		return errors.Join(err, pidErr)
+	}
+	if err != nil {
+		return err
+	}
+
+	// Each member's delegated pool, and a Subnet of it; both serve once
+	// the hub granted the pool's /16. One member after the other, so that
+	// member-1 holds 10.0.0.0/16 and member-2 10.1.0.0/16 every time, as
+	// docs/fleet.md shows (at once, they get the same two in either order).
+	for i, member := range started {
+		if _, err := member.Kubectl(ctx, nil, "apply", "-k", filepath.Join(member.RepoRoot, "config", "samples", "fleet", "member")); err != nil {
+			return fmt.Errorf("applying config/samples/fleet/member to %s: %w", members[i], err)
+		}
+		if err := waitGranted(ctx, member); err != nil {
+			return fmt.Errorf("%s: %w (logs in %s)", members[i], err, member.LogDir())
+		}
+		if _, err := member.Kubectl(ctx, nil, "wait", "-n", "network", "--for=condition=Ready", "--timeout=60s", "subnet/web"); err != nil {
+			return fmt.Errorf("%s: the Subnet network/web did not become Ready: %w", members[i], err)
+		}
+	}
+
+	cwd, _ := os.Getwd()
+	rel := func(p string) string {
+		if r, err := filepath.Rel(cwd, p); err == nil && !strings.HasPrefix(r, "..") {
+			return r
+		}
+		return p
+	}
+	fmt.Printf(`
+Up in %[1]s. Kubeconfigs (logs in each one's logs/):
+  hub:      %[2]s
+  member-1: %[3]s
+  member-2: %[4]s
+
+Try, in another shell:
+  kubectl --kubeconfig %[3]s get subnetpools,subnets -n network -o wide
+  # ^ the delegated pool "pods", its /16 from the hub in the CIDR column (spec.cidr)
+  kubectl --kubeconfig %[3]s get subnetpool pods -n network -o jsonpath='{.status.conditions[?(@.type=="Delegated")].message}'
+  kubectl ipam tree -n platform --kubeconfig %[2]s
+  # ^ the hub's plan and the members' claims (kubectl-ipam: make install-plugin)
+  kubectl --kubeconfig %[2]s get subnets -A -L fleet.ipam.subnet-operator.io/member-cluster
+  # ^ each claim in its member's namespace, labelled with the member's identity
+
+Ctrl-C stops everything.
+ready
+`, time.Since(start).Round(time.Second), rel(hub.Kubeconfig), rel(started[0].Kubeconfig), rel(started[1].Kubeconfig))
+
+	select {
+	case <-ctx.Done():
+	case <-exited(envs):
+		return errors.New("a process of the fleet exited; see the logs in " + rel(dir))
+	}
+	fmt.Println("\nStopping ...")
+	return nil
+}
+
+// startMember gives member name its hub identity (a client certificate of
+// the hub's CA, common name name, which config/samples/fleet/hub binds
+// config/fleet-hub's Role to in the hub namespace name) and starts its
+// control plane with that kubeconfig in the Secret the manager's
+// --hub-kubeconfig-secret names: the manager reads it once, at start, so
+// it goes in before the operator does.
+func startMember(ctx context.Context, hub *environment.Environment, dir, manager, name string) (*environment.Environment, error) {
+	path, err := hub.AddUser(name)
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return environment.Start(ctx, environment.Options{
+		Dir: dir, Manager: manager,
+		ManagerArgs: []string{"--hub-kubeconfig-secret=" + secretNamespace + "/" + secretName, "--cluster-name=" + name},
+		BeforeInstall: func(ctx context.Context, cp *controlplane.ControlPlane) error {
+			c, err := client.New(cp.Config, client.Options{})
+			if err != nil {
+				return err
+			}
+			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretNamespace}}); err != nil {
+				return err
+			}
+			return c.Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace, Name: secretName},
+				Data:       map[string][]byte{"value": kubeconfig},
+			})
+		},
+	})
+}
+
+// waitGranted waits until the member's delegated pool network/pods serves
+// the range the hub granted: recorded in spec.cidr, served (status.cidr,
+// Ready) and Delegated.
+func waitGranted(ctx context.Context, member *environment.Environment) error {
+	c, err := environment.AdminClient(member)
+	if err != nil {
+		return err
+	}
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var p ipamv1.SubnetPool
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "network", Name: "pods"}, &p); err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("spec.cidr %q, status.cidr %q, conditions %+v", p.Spec.CIDR, p.Status.CIDR, p.Status.Conditions)
+		return p.Spec.CIDR != "" && p.Status.CIDR == p.Spec.CIDR &&
+			meta.IsStatusConditionTrue(p.Status.Conditions, ipamv1.ConditionReady) &&
+			meta.IsStatusConditionTrue(p.Status.Conditions, ipamv1.ConditionDelegated), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the delegated pool network/pods was not granted its range: %s", last)
+	}
+	return nil
+}
+
+// exited is closed when any process of the fleet exits.
+func exited(envs []*environment.Environment) <-chan struct{} {
+	ch := make(chan struct{})
+	var once sync.Once
+	for _, env := range envs {
+		for _, p := range env.Processes() {
+			go func() {
+				<-p.Exited()
+				once.Do(func() { close(ch) })
+			}()
+		}
+	}
+	return ch
+}
+
+// cleanUpPreviousRun stops what a crashed run left behind (its process
+// groups, recorded in the pid file, if they still use our state directory:
+// every process names a file in it on its command line, so a pid reused by
+// an unrelated process is left alone) and starts from a clean directory.
+func cleanUpPreviousRun(dir, pidFile string) error {
+	if data, err := os.ReadFile(pidFile); err == nil {
+		for _, field := range strings.Fields(string(data)) {
+			pid, err := strconv.Atoi(field)
+			if err != nil || pid <= 1 {
+				continue
+			}
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if err != nil || !bytes.Contains(cmdline, []byte(dir)) {
+				continue // gone, or not ours
+			}
+			fmt.Printf("Stopping process %d left by a previous run\n", pid)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.MkdirAll(dir, 0o755)
+}

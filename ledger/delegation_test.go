@@ -1,0 +1,84 @@
+package ledger
+
+import (
+	"net/netip"
+	"testing"
+
+	"k8s.io/utils/ptr"
+
+	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+)
+
+// delegatedRoot is a member's root pool delegated from the hub, with cidr
+// as written (empty: not granted yet).
+func delegatedRoot(name, cidr string, age int) *ipamv1.SubnetPool {
+	p := newRoot("member", name, cidr, age)
+	p.Spec.Delegation = &ipamv1.PoolDelegation{PoolRef: ipamv1.PoolReference{Namespace: "fleet", Name: "plan"}, PrefixLength: ptr.To[int32](16)}
+	return p
+}
+
+// A delegated pool serves only what the hub granted: without a grant it
+// asks for nothing, whatever spec.cidr says (a tenant's write, a restore),
+// and holds nothing; the member reconciler's reason is its Ready reason.
+// Once granted it is a root like any other: a local root over the range
+// keeps it, and the delegated one waits Overlaps. What it holds it keeps
+// when the hub's word is gone (a restart, the hub unreachable).
+func TestDelegatedPoolServesOnlyWhatTheHubGranted(t *testing.T) {
+	l, _ := newLedger()
+
+	empty := delegatedRoot("pods", "", 1)
+	l.ApplyPool(empty, Created, nil)
+	if d := decideRoot(t, l, empty); d.Reason != ipamv1.ReasonDelegationPending || d.CIDR.IsValid() {
+		t.Fatalf("delegated pool without cidr: %+v", d)
+	}
+
+	// A cidr the hub did not grant is not served.
+	chosen := delegatedRoot("chosen", "10.7.0.0/16", 2)
+	l.ApplyPool(chosen, Created, nil)
+	l.SetDelegation("member", "chosen", DelegationState{UID: chosen.UID, Reason: ipamv1.ReasonHubUnreachable, Message: "dial tcp: refused"})
+	if d := decideRoot(t, l, chosen); d.Reason != ipamv1.ReasonHubUnreachable || d.Message != "dial tcp: refused" || d.CIDR.IsValid() {
+		t.Fatalf("cidr the hub did not grant: %+v", d)
+	}
+	l.SetDelegation("member", "chosen", DelegationState{UID: chosen.UID, Granted: netip.MustParsePrefix("10.8.0.0/16")})
+	if d := decideRoot(t, l, chosen); d.Ready() {
+		t.Fatalf("served a cidr the hub granted another range for: %+v", d)
+	}
+	// A grant for another object of that name does not count either.
+	l.SetDelegation("member", "chosen", DelegationState{UID: "another", Granted: netip.MustParsePrefix("10.7.0.0/16")})
+	if d := decideRoot(t, l, chosen); d.Ready() {
+		t.Fatalf("served on another object's grant: %+v", d)
+	}
+	// The hub's grant of that range: served.
+	l.SetDelegation("member", "chosen", DelegationState{UID: chosen.UID, Granted: netip.MustParsePrefix("10.7.0.0/16")})
+	d := decideRoot(t, l, chosen)
+	if !d.Ready() || d.CIDR.String() != "10.7.0.0/16" {
+		t.Fatalf("granted by the hub: %+v", d)
+	}
+
+	// A local root over a granted range keeps it: the member's space
+	// decides as for any root.
+	local := newRoot("netops", "lab", "10.9.0.0/16", 0)
+	l.ApplyPool(local, Created, nil)
+	l.ApplyPool(shown(local, decideRoot(t, l, local)), Updated, nil)
+	over := delegatedRoot("over", "10.9.0.0/16", 3)
+	l.ApplyPool(over, Created, nil)
+	l.SetDelegation("member", "over", DelegationState{UID: over.UID, Granted: netip.MustParsePrefix("10.9.0.0/16")})
+	if d := decideRoot(t, l, over); d.Ready() || d.Reason != ipamv1.ReasonOverlaps {
+		t.Fatalf("hub grant over a local root: %+v", d)
+	}
+
+	// What it holds it keeps without the hub's word: a new ledger (a
+	// restart) that sees the grant written in status.
+	restarted, _ := newLedger()
+	held := shown(chosen, d)
+	restarted.ApplyPool(held, Created, nil)
+	if d := decideRoot(t, restarted, held); !d.Ready() || d.CIDR.String() != "10.7.0.0/16" {
+		t.Fatalf("held range after a restart, hub not asked yet: %+v", d)
+	}
+	// And a pool of another range that holds nothing is not served there.
+	other := delegatedRoot("other", "10.10.0.0/16", 4)
+	restarted.ApplyPool(other, Created, nil)
+	if d := decideRoot(t, restarted, other); d.Ready() {
+		t.Fatalf("not granted after a restart: %+v", d)
+	}
+}
