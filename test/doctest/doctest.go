@@ -51,6 +51,10 @@ type Block struct {
 	Indent string
 	// Skip is the reason given by a skip marker; empty if the block runs.
 	Skip string
+	// Environment names the environment a marker says the block runs in
+	// (<!-- doctest: run in dev-fleet -->); empty: the e2e environment,
+	// which TestDocs runs.
+	Environment string
 	// Commands are the block's commands with the output the page shows,
 	// for a console block.
 	Commands []Command
@@ -72,9 +76,15 @@ type Command struct {
 // Where names a command for a person: file:line.
 func (b Block) Where(c Command) string { return fmt.Sprintf("%s:%d", b.File, c.Line) }
 
-// Runs reports whether a test runs the block: a console block without a
-// skip marker.
-func (b Block) Runs() bool { return b.Lang == "console" && b.Skip == "" }
+// Runs reports whether TestDocs runs the block: a console block without a
+// skip marker, in the e2e environment.
+func (b Block) Runs() bool { return b.RunsIn("") }
+
+// RunsIn reports whether the block runs in the named environment ("" for
+// the e2e environment).
+func (b Block) RunsIn(environment string) bool {
+	return b.Lang == "console" && b.Skip == "" && b.Environment == environment
+}
 
 var (
 	// A fence may be indented (a block inside a list item); its content is
@@ -82,6 +92,7 @@ var (
 	fence     = regexp.MustCompile("^([ \\t]*)(```+|~~~+)\\s*([^`\\s]*)")
 	marker    = regexp.MustCompile(`^\s*<!--\s*doctest:\s*(.*?)\s*-->\s*$`)
 	skipWhy   = regexp.MustCompile(`^skip\s*\((.+)\)$`)
+	runIn     = regexp.MustCompile(`^run in ([a-z][-a-z0-9]*)$`)
 	heredocRe = regexp.MustCompile(`<<-?\s*(['"]?)([A-Za-z_][A-Za-z0-9_]*)(['"]?)`)
 )
 
@@ -93,6 +104,7 @@ func Parse(name string, r io.Reader) ([]Block, error) {
 	var (
 		blocks  []Block
 		pending string // a skip reason waiting for its fence
+		pendEnv string // an environment waiting for its fence
 		pendAt  int
 		cur     *Block
 		closing string
@@ -107,22 +119,27 @@ func Parse(name string, r io.Reader) ([]Block, error) {
 		line := sc.Text()
 		if cur == nil {
 			if m := marker.FindStringSubmatch(line); m != nil {
-				why := skipWhy.FindStringSubmatch(m[1])
-				if why == nil || strings.TrimSpace(why[1]) == "" {
-					return nil, fmt.Errorf("%s:%d: doctest marker %q: want \"skip (the reason)\"", name, lineNo, m[1])
-				}
-				if pending != "" {
+				if pending != "" || pendEnv != "" {
 					return nil, fmt.Errorf("%s:%d: doctest marker of line %d is followed by no block", name, lineNo, pendAt)
 				}
-				pending, pendAt = strings.TrimSpace(why[1]), lineNo
+				why, in := skipWhy.FindStringSubmatch(m[1]), runIn.FindStringSubmatch(m[1])
+				switch {
+				case in != nil:
+					pendEnv = in[1]
+				case why != nil && strings.TrimSpace(why[1]) != "":
+					pending = strings.TrimSpace(why[1])
+				default:
+					return nil, fmt.Errorf("%s:%d: doctest marker %q: want \"skip (the reason)\" or \"run in <environment>\"", name, lineNo, m[1])
+				}
+				pendAt = lineNo
 				continue
 			}
 			if m := fence.FindStringSubmatch(line); m != nil {
-				cur = &Block{File: name, Line: lineNo, Lang: m[3], Indent: m[1], Skip: pending}
-				indent, closing, pending = m[1], m[2], ""
+				cur = &Block{File: name, Line: lineNo, Lang: m[3], Indent: m[1], Skip: pending, Environment: pendEnv}
+				indent, closing, pending, pendEnv = m[1], m[2], "", ""
 				continue
 			}
-			if pending != "" && strings.TrimSpace(line) != "" {
+			if (pending != "" || pendEnv != "") && strings.TrimSpace(line) != "" {
 				return nil, fmt.Errorf("%s:%d: doctest marker is followed by text, not by a fenced block", name, pendAt)
 			}
 			continue

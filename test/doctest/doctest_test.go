@@ -71,12 +71,22 @@ func TestParseSkipMarker(t *testing.T) {
 	}
 }
 
+// A block marked to run in another environment is not run by TestDocs,
+// only by the test that starts that environment.
+func TestParseRunInMarker(t *testing.T) {
+	got := parse(t, "<!-- doctest: run in dev-fleet -->\n```console\n$ kubectl get sn\n```\n```console\n$ true\n```\n")
+	if len(got) != 2 || got[0].Environment != "dev-fleet" || got[0].Runs() || !got[0].RunsIn("dev-fleet") || !got[1].Runs() || got[1].RunsIn("dev-fleet") {
+		t.Errorf("got %+v; want the first block run in dev-fleet only, the second by TestDocs only", got)
+	}
+}
+
 func TestParseRefusesWhatItCannotRead(t *testing.T) {
 	for name, page := range map[string]string{
 		"skip without a reason":     "<!-- doctest: skip -->\n```console\n$ true\n```\n",
 		"unknown directive":         "<!-- doctest: setup (x) -->\n```console\n$ true\n```\n",
 		"marker before text":        "<!-- doctest: skip (x) -->\nSome prose.\n```console\n$ true\n```\n",
 		"marker at the end":         "<!-- doctest: skip (x) -->\n",
+		"run in no environment":     "<!-- doctest: run in -->\n```console\n$ true\n```\n",
 		"console without a command": "```console\nNAME\n```\n",
 		"unclosed block":            "```console\n$ true\n",
 		"unterminated here-doc":     "```console\n$ cat <<EOF\nx\n```\n",

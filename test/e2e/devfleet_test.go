@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/subnet-operator/subnet-operator/test/controlplane"
+	"github.com/subnet-operator/subnet-operator/test/doctest"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
@@ -93,6 +94,10 @@ func TestMakeDevFleet(t *testing.T) {
 		t.Errorf("member-1's Subnet network/web: %q %v %s, want a range of %s", out, err, stderr, granted["member-1"])
 	}
 
+	// docs/fleet.md's sessions marked to run in dev-fleet, as a user runs
+	// them from the repository's root: .dev/fleet is this run's directory.
+	runFleetDocs(ctx, t, dir)
+
 	pidData, err := os.ReadFile(filepath.Join(dir, "pids"))
 	if err != nil {
 		t.Fatal(err)
@@ -165,5 +170,49 @@ func startDevFleet(t *testing.T, bin, manager, dir string) (*exec.Cmd, func() st
 		mu.Lock()
 		defer mu.Unlock()
 		return printed.String()
+	}
+}
+
+// runFleetDocs runs the console blocks of docs/fleet.md marked
+// <!-- doctest: run in dev-fleet --> against the running fleet, in order,
+// from a directory that looks like the repository's root to them: config/
+// is the repository's, .dev/fleet is dir.
+func runFleetDocs(ctx context.Context, t *testing.T, dir string) {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.Symlink(filepath.Join(env.RepoRoot, "config"), filepath.Join(root, "config")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, ".dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dir, filepath.Join(root, ".dev", "fleet")); err != nil {
+		t.Fatal(err)
+	}
+	const page = "docs/fleet.md"
+	f, err := os.Open(filepath.Join(env.RepoRoot, page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := doctest.Parse(page, f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := shell{dir: root, env: []string{"PATH=" + docsPath(t), "NO_COLOR=1"}}
+	ran := 0
+	for _, b := range blocks {
+		if !b.RunsIn("dev-fleet") {
+			continue
+		}
+		for _, c := range b.Commands {
+			t.Run(fmt.Sprintf("%s/line_%d", page, c.Line), func(t *testing.T) {
+				runSession(ctx, t, sh, b, c)
+			})
+			ran++
+		}
+	}
+	if ran == 0 {
+		t.Errorf("%s has no session marked to run in dev-fleet", page)
 	}
 }

@@ -58,14 +58,18 @@ func TestDocs(t *testing.T) {
 			differs := map[int][]string{} // by the command's line
 			for _, b := range blocks {
 				if b.Lang == "console" && !b.Runs() {
-					t.Logf("%s:%d not run here: %s", b.File, b.Line, b.Skip)
+					why := b.Skip
+					if b.Environment != "" {
+						why = "runs in " + b.Environment
+					}
+					t.Logf("%s:%d not run here: %s", b.File, b.Line, why)
 				}
 				if !b.Runs() {
 					continue
 				}
 				for _, c := range b.Commands {
 					t.Run(fmt.Sprintf("line_%d", c.Line), func(t *testing.T) {
-						if got, ok := runSession(ctx, t, path, b, c); !ok {
+						if got, ok := runSession(ctx, t, e2eShell(path), b, c); !ok {
 							differs[c.Line] = got
 						}
 					})
@@ -94,10 +98,10 @@ const updateDocs = "SUBNET_OPERATOR_UPDATE_DOCS"
 // runSession runs one command of a page with bash and compares its output
 // with the page's. It returns what the command printed and whether that
 // matches.
-func runSession(ctx context.Context, t *testing.T, path string, b doctest.Block, c doctest.Command) ([]string, bool) {
+func runSession(ctx context.Context, t *testing.T, sh shell, b doctest.Block, c doctest.Command) ([]string, bool) {
 	deadline := time.Now().Add(settleTimeout)
 	for {
-		got := runShell(ctx, t, path, c.Shell)
+		got := runShell(ctx, t, sh, c.Shell)
 		if doctest.Match(c.Want, got) {
 			// The comparison is a real one: the page with one line
 			// changed would not have passed.
@@ -147,20 +151,31 @@ func changeOneLine(want []string) ([]string, bool) {
 	return nil, false
 }
 
-// runShell runs a page's command with bash in the repository's root, as
-// the admin, and returns what a terminal would show: standard output and
-// error, interleaved.
-func runShell(ctx context.Context, t *testing.T, path, shell string) []string {
+// shell is where a page's commands run: the directory (paths in the pages
+// are relative to the repository's root) and the environment variables.
+type shell struct {
+	dir string
+	env []string
+}
+
+// e2eShell runs in the repository's root, as the e2e environment's admin.
+func e2eShell(path string) shell {
+	return shell{dir: env.RepoRoot, env: []string{"PATH=" + path, "KUBECONFIG=" + env.Kubeconfig, "NO_COLOR=1"}}
+}
+
+// runShell runs a page's command with bash and returns what a terminal
+// would show: standard output and error, interleaved.
+func runShell(ctx context.Context, t *testing.T, sh shell, command string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", shell)
-	cmd.Dir = env.RepoRoot
-	cmd.Env = append(os.Environ(), "PATH="+path, "KUBECONFIG="+env.Kubeconfig, "NO_COLOR=1")
+	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", command)
+	cmd.Dir = sh.dir
+	cmd.Env = append(os.Environ(), sh.env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil && ctx.Err() != nil {
-		t.Fatalf("%q did not finish in time: %v\n%s", shell, err, out.String())
+		t.Fatalf("%q did not finish in time: %v\n%s", command, err, out.String())
 	}
 	return doctest.Lines(out.String())
 }
