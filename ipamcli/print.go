@@ -105,12 +105,25 @@ func (p printer) tree(roots []PoolNode) error {
 		case "└─ ":
 			next += "   "
 		}
-		for i, c := range n.Children {
-			b := "├─ "
-			if i == len(n.Children)-1 {
-				b = "└─ "
+		last := len(n.Children) + len(n.Members) - 1
+		branchAt := func(i int) string {
+			if i == last {
+				return "└─ "
 			}
-			walk(c, next, b)
+			return "├─ "
+		}
+		for i, c := range n.Children {
+			walk(c, next, branchAt(i))
+		}
+		// A hub pool's member claims, after its child pools: the Subnet,
+		// then which member cluster and which of its pools holds the range.
+		for i, m := range n.Members {
+			ready := m.Ready
+			if m.Ready != "True" && m.Reason != "" {
+				ready += " (" + m.Reason + ")"
+			}
+			name := m.Namespace + "/" + m.Name + "  (" + m.Cluster + ": " + orDash(m.Pool) + ")"
+			_, _ = fmt.Fprintf(w, "%s%s\t%s\t%s\t\t-\t-\t-\t-\n", next, branchAt(len(n.Children)+i)+name, orDash(m.CIDR), ready)
 		}
 	}
 	for _, r := range roots {

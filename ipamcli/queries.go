@@ -39,6 +39,26 @@ type PoolNode struct {
 	ParentNamespace string     `json:"parentNamespace,omitempty"`
 	InCycle         bool       `json:"inCycle,omitempty"`
 	Children        []PoolNode `json:"children,omitempty"`
+	// Members are the claims member clusters of a fleet made on this pool
+	// (on a hub: Subnets labelled with the member cluster; docs/fleet.md).
+	Members []MemberClaim `json:"members,omitempty"`
+}
+
+// MemberClaim is a Subnet a member cluster's manager made in the hub for
+// one of its delegated root pools: which cluster and which of its pools
+// holds (or asks for) what.
+type MemberClaim struct {
+	// Namespace and Name are the Subnet's, in the hub.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Cluster is the member cluster (the Subnet's member-cluster label).
+	Cluster string `json:"cluster"`
+	// Pool is the member pool, "namespace/name" in the member cluster.
+	Pool string `json:"pool,omitempty"`
+	// CIDR is the range the hub granted; empty while it grants none.
+	CIDR   string `json:"cidr,omitempty"`
+	Ready  string `json:"ready"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Tree returns the pools of the namespace ("" for every namespace) as
@@ -73,11 +93,16 @@ func Tree(ctx context.Context, c client.Reader, namespace string) ([]PoolNode, e
 	byName := func(a, b *ipamv1.SubnetPool) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	}
+	members, err := memberClaims(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	visited := map[key]bool{}
 	var build func(p *ipamv1.SubnetPool) PoolNode
 	build = func(p *ipamv1.SubnetPool) PoolNode {
 		visited[key{p.Namespace, p.Name}] = true
 		n := poolNode(p)
+		n.Members = members[poolKey{p.Namespace, p.Name}]
 		if ref := p.Spec.ParentRef; ref != nil && !exists[key{ref.In(p.Namespace), ref.Name}] {
 			if namespace != "" && ref.In(p.Namespace) != namespace && parentOutsideExists(ctx, c, ref.In(p.Namespace), ref.Name) {
 				n.ParentNamespace = ref.In(p.Namespace)
@@ -125,6 +150,40 @@ func Tree(ctx context.Context, c client.Reader, namespace string) ([]PoolNode, e
 func parentOutsideExists(ctx context.Context, c client.Reader, namespace, name string) bool {
 	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &ipamv1.SubnetPool{})
 	return !apierrors.IsNotFound(err)
+}
+
+// poolKey is a pool's namespace and name.
+type poolKey struct{ namespace, name string }
+
+// memberClaims returns the claims member clusters made in this (hub)
+// cluster, by the pool they claim from, in cluster and name order. They are
+// Subnets in the members' own namespaces, so they are listed in every
+// namespace; a caller who may not do that sees no members, not an error
+// (a tenant of the hub has no business with the fleet).
+func memberClaims(ctx context.Context, c client.Reader) (map[poolKey][]MemberClaim, error) {
+	subnets, err := listSubnets(ctx, c, client.HasLabels{ipamv1.LabelMemberCluster})
+	if apierrors.IsForbidden(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[poolKey][]MemberClaim{}
+	for _, s := range subnets {
+		m := MemberClaim{Namespace: s.Namespace, Name: s.Name, Cluster: s.Labels[ipamv1.LabelMemberCluster],
+			Pool: s.Annotations[ipamv1.AnnotationMemberPool], CIDR: s.Status.CIDR, Ready: "Unknown"}
+		if ready := meta.FindStatusCondition(s.Status.Conditions, ipamv1.ConditionReady); ready != nil {
+			m.Ready, m.Reason = string(ready.Status), ready.Reason
+		}
+		k := poolKey{s.Spec.PoolRef.In(s.Namespace), s.Spec.PoolRef.Name}
+		out[k] = append(out[k], m)
+	}
+	for _, ms := range out {
+		slices.SortFunc(ms, func(a, b MemberClaim) int {
+			return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
+	}
+	return out, nil
 }
 
 func poolNode(p *ipamv1.SubnetPool) PoolNode {

@@ -196,6 +196,9 @@ func TestChartRendersTheKustomizeInstall(t *testing.T) {
 		// The chart's webhookFrom in place of the component's placeholder.
 		{"default", []string{"network-policy"}, []string{"networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.cidr=192.0.2.0/24"}},
 		{"default", []string{"network-policy", "webhook-client-auth"}, []string{"networkPolicy.enabled=true", "networkPolicy.webhookFrom[0].ipBlock.cidr=192.0.2.0/24", "webhook.clientAuth.enabled=true"}},
+		// A fleet member: the two manager flags and the Role that reads the
+		// hub's kubeconfig Secret (config/fleet-member's cluster name).
+		{"default", []string{"fleet-member"}, []string{"fleet.member.enabled=true", "fleet.member.clusterName=member"}},
 	} {
 		t.Run(strings.Join(append([]string{tc.config}, tc.components...), "+"), func(t *testing.T) {
 			want := objects(t, kustomize(t, tc.config, tc.components...))

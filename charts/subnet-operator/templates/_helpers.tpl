@@ -42,3 +42,13 @@ a name starts (not inside the webhooks' paths, "...-ipam-subnet-operator-io-..."
 {{- $doc = regexReplaceAll "([^-a-z0-9.])subnet-operator-" $doc (printf "${1}%s-" (include "subnet-operator.fullname" .ctx)) -}}
 {{- $doc | replace "__RELEASE_NAMESPACE__" .ctx.Release.Namespace -}}
 {{- end -}}
+
+{{/*
+The member's hub kubeconfig Secret, {namespace, name}: by default
+"<prefix>-hub-kubeconfig" in the release's namespace (config/fleet-member's
+subnet-operator-system/subnet-operator-hub-kubeconfig).
+*/}}
+{{- define "subnet-operator.hubKubeconfigSecret" -}}
+namespace: {{ .Values.fleet.member.hubKubeconfigSecret.namespace | default .Release.Namespace }}
+name: {{ .Values.fleet.member.hubKubeconfigSecret.name | default (printf "%s-hub-kubeconfig" (include "subnet-operator.fullname" .)) }}
+{{- end -}}
