@@ -196,6 +196,13 @@ func (r *MemberReconciler) claim(ctx context.Context, p *ipamv1.SubnetPool, key 
 	err := r.Hub.GetAPIReader().Get(hctx, key, &claim)
 	switch {
 	case apierrors.IsNotFound(err):
+		if !held {
+			if refused := r.spaceRefuses(p); refused != nil {
+				// Retried with back-off: no event of ours follows a label.
+				return ledger.DelegationState{Reason: ipamv1.ReasonDelegationPending,
+					Message: fmt.Sprintf("nothing claimed in the hub: %v", refused)}, refused
+			}
+		}
 		claim = r.newClaim(p, key)
 		if err := r.Hub.GetClient().Create(hctx, &claim); err != nil {
 			return r.hubFailed(p, key, held, err), err
@@ -209,20 +216,35 @@ func (r *MemberReconciler) claim(ctx context.Context, p *ipamv1.SubnetPool, key 
 	case err != nil:
 		return r.hubFailed(p, key, held, err), err
 	}
-	if uid := claim.Annotations[ipamv1.AnnotationMemberPoolUID]; uid != string(p.UID) && claim.DeletionTimestamp == nil {
+	if d := p.Spec.Delegation; claim.Spec.PoolRef != d.PoolRef {
+		// Left behind by an earlier pool of this name with another
+		// delegation: not this pool's grant, and not ours to adopt.
+		return pending(key, fmt.Sprintf("the claim there asks SubnetPool %s, this pool's delegation names %s: delete the Subnet in the hub to claim again", claim.Spec.PoolRef, d.PoolRef)), nil
+	}
+	uid := claim.Annotations[ipamv1.AnnotationMemberPoolUID]
+	if claim.DeletionTimestamp == nil && (uid != string(p.UID) || !controllerutil.ContainsFinalizer(&claim, ipamv1.FinalizerDelegation)) {
 		// Made for an earlier object of this pool's name (the pool was
 		// restored from a backup): this member's claim for this pool
-		// name, so the restored pool adopts it, and may release it.
+		// name, so the restored pool adopts it, and may release it. The
+		// finalizer: see newClaim.
 		before := claim.DeepCopy()
 		metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationMemberPoolUID, string(p.UID))
-		if err := r.Hub.GetClient().Patch(hctx, &claim, client.MergeFrom(before)); err != nil {
+		controllerutil.AddFinalizer(&claim, ipamv1.FinalizerDelegation)
+		// Locked: a merge patch replaces the whole finalizers list.
+		if err := r.Hub.GetClient().Patch(hctx, &claim, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return r.hubFailed(p, key, held, err), err
 		}
 	}
 	if claim.DeletionTimestamp != nil {
-		if held {
+		if held || p.Spec.CIDR != "" {
+			// Our finalizer keeps the claim, and so the range, held in
+			// the hub while this pool may serve it: released with the pool.
 			return ledger.DelegationState{Reason: ipamv1.ReasonDelegationLost,
-				Message: fmt.Sprintf("the claim in the hub (Subnet %s) is being deleted there; still serving %s, and will claim it again once it is gone", key, p.Spec.CIDR)}, nil
+				Message: fmt.Sprintf("the claim in the hub (Subnet %s) is being deleted there; it keeps %s for this pool until the pool is deleted", key, p.Spec.CIDR)}, nil
+		}
+		// Nothing recorded, so nothing served: let it go, and claim again.
+		if err := r.dropClaimFinalizer(hctx, &claim); err != nil {
+			return r.hubFailed(p, key, held, err), err
 		}
 		return pending(key, "being deleted in the hub; will claim again once it is gone"), nil
 	}
@@ -244,6 +266,23 @@ func (r *MemberReconciler) claim(ctx context.Context, p *ipamv1.SubnetPool, key 
 	}
 	return ledger.DelegationState{Granted: granted, Reason: ipamv1.ReasonDelegated,
 		Message: fmt.Sprintf("the hub granted %s from SubnetPool %s (Subnet %s in the hub)", granted, p.Spec.Delegation.PoolRef, key)}, nil
+}
+
+// spaceRefuses says why the pool's address space takes no root pool from
+// its namespace, if it does not: a delegated pool is a root pool there,
+// and one the space refuses must not take a range from the hub's plan.
+func (r *MemberReconciler) spaceRefuses(p *ipamv1.SubnetPool) error {
+	space := p.Spec.AddressSpace
+	if space == "" {
+		space = ipamv1.DefaultAddressSpace
+	}
+	switch view := r.Ledger.Space(space, p.Namespace); {
+	case !view.Exists:
+		return fmt.Errorf("AddressSpace %s does not exist", space)
+	case !view.Allowed:
+		return fmt.Errorf("address space %s takes no root pools from namespace %s", space, p.Namespace)
+	}
+	return nil
 }
 
 func pending(key types.NamespacedName, why string) ledger.DelegationState {
@@ -272,6 +311,11 @@ func (r *MemberReconciler) newClaim(p *ipamv1.SubnetPool, key types.NamespacedNa
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: key.Namespace, Name: key.Name,
 			Labels: map[string]string{ipamv1.LabelMemberCluster: r.ClusterName},
+			// The member's finalizer: a claim deleted in the hub keeps
+			// holding the range there until the member releases it (its
+			// pool deleted), so that nobody else is granted a range the
+			// member serves, whatever the member's state meanwhile.
+			Finalizers: []string{ipamv1.FinalizerDelegation},
 			Annotations: map[string]string{
 				ipamv1.AnnotationMemberPool:    p.Namespace + "/" + p.Name,
 				ipamv1.AnnotationMemberPoolUID: string(p.UID),
@@ -345,6 +389,12 @@ func (r *MemberReconciler) release(ctx context.Context, p *ipamv1.SubnetPool, ke
 		// Only this pool's claim: a claim another object of that name made
 		// (a pool re-created meanwhile) is that one's.
 		if uid := claim.Annotations[ipamv1.AnnotationMemberPoolUID]; uid == "" || uid == string(p.UID) {
+			// The finalizer first, and retried on a conflict: a claim left
+			// with it would hold its range in the hub for ever.
+			if err := r.dropClaimFinalizer(hctx, &claim); err != nil {
+				_ = r.setCondition(ctx, p, r.hubFailed(p, key, false, err))
+				return err
+			}
 			err = r.Hub.GetClient().Delete(hctx, &claim, client.Preconditions{UID: &claim.UID})
 		}
 	}
@@ -356,4 +406,15 @@ func (r *MemberReconciler) release(ctx context.Context, p *ipamv1.SubnetPool, ke
 	before := p.DeepCopy()
 	controllerutil.RemoveFinalizer(p, ipamv1.FinalizerDelegation)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
+}
+
+// dropClaimFinalizer removes the member's finalizer from its claim in the
+// hub, so that the claim, being deleted, goes and frees its range there.
+func (r *MemberReconciler) dropClaimFinalizer(ctx context.Context, claim *ipamv1.Subnet) error {
+	if !controllerutil.ContainsFinalizer(claim, ipamv1.FinalizerDelegation) {
+		return nil
+	}
+	before := claim.DeepCopy()
+	controllerutil.RemoveFinalizer(claim, ipamv1.FinalizerDelegation)
+	return r.Hub.GetClient().Patch(ctx, claim, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }

@@ -82,3 +82,31 @@ func TestDelegatedPoolServesOnlyWhatTheHubGranted(t *testing.T) {
 		t.Fatalf("not granted after a restart: %+v", d)
 	}
 }
+
+// An IPv6 grant: the pool, created without a range (no family yet),
+// serves the v6 range the hub granted once it is recorded, and holds
+// nothing in the IPv4 slot it waited in.
+func TestDelegatedPoolServesAnIPv6Grant(t *testing.T) {
+	l, _ := newLedger()
+	p := delegatedRoot("pods6", "", 1)
+	p.Spec.Delegation.PrefixLength = ptr.To[int32](56)
+	l.ApplyPool(p, Created, nil)
+	grant := netip.MustParsePrefix("2001:db8:100::/56")
+	l.SetDelegation("member", "pods6", DelegationState{UID: p.UID, Granted: grant})
+	if d := decideRoot(t, l, p); d.Ready() {
+		t.Fatalf("served before the grant is recorded: %+v", d)
+	}
+	recorded := p.DeepCopy()
+	recorded.Spec.CIDR = grant.String()
+	l.ApplyPool(recorded, Updated, p)
+	d := decideRoot(t, l, recorded)
+	if !d.Ready() || d.CIDR != grant {
+		t.Fatalf("recorded IPv6 grant: %+v", d)
+	}
+	// A local IPv4 root the size of the whole family is not in its way.
+	local := newRoot("netops", "all4", "0.0.0.0/0", 0)
+	l.ApplyPool(local, Created, nil)
+	if d := decideRoot(t, l, local); !d.Ready() {
+		t.Fatalf("an IPv4 root after a delegated IPv6 pool: %+v", d)
+	}
+}

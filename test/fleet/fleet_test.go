@@ -26,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -233,20 +232,13 @@ func TestMemberPoolTakesItsRangeFromTheHub(t *testing.T) {
 		})
 	})
 
-	t.Run("claim deleted in the hub: DelegationLost, same range claimed again", func(t *testing.T) {
+	t.Run("claim deleted in the hub: DelegationLost, the claim keeps the range until the pool goes", func(t *testing.T) {
 		ctx := context.Background()
-		// A finalizer of the test's holds the deleted claim, so the loss
-		// can be seen before the member claims the range again.
-		const hold = "test.fleet/hold"
 		var claim ipamv1.Subnet
 		if err := hub.c.Get(ctx, claimKey, &claim); err != nil {
 			t.Fatal(err)
 		}
 		oldUID := claim.UID
-		controllerutil.AddFinalizer(&claim, hold)
-		if err := hub.c.Update(ctx, &claim); err != nil {
-			t.Fatal(err)
-		}
 		if err := hub.c.Delete(ctx, &claim); err != nil {
 			t.Fatal(err)
 		}
@@ -256,29 +248,15 @@ func TestMemberPoolTakesItsRangeFromTheHub(t *testing.T) {
 			}
 			return condition(p, ipamv1.ConditionDelegated, metav1.ConditionFalse, ipamv1.ReasonDelegationLost)
 		})
-		// Still serving what it holds.
+		// Still serving what it holds, and the hub still holds it for the
+		// member: the member's finalizer keeps the claim.
 		waitSubnetReady(t, member.c, subnet("while-lost", "pods"))
-
 		if err := hub.c.Get(ctx, claimKey, &claim); err != nil {
 			t.Fatal(err)
 		}
-		controllerutil.RemoveFinalizer(&claim, hold)
-		if err := hub.c.Update(ctx, &claim); err != nil {
-			t.Fatal(err)
+		if claim.UID != oldUID || claim.DeletionTimestamp == nil || claim.Status.CIDR != granted {
+			t.Fatalf("the deleted claim is not kept holding %s: uid %s (was %s), deletion %v, status %q", granted, claim.UID, oldUID, claim.DeletionTimestamp, claim.Status.CIDR)
 		}
-		eventually(t, time.Minute, func() error {
-			var again ipamv1.Subnet
-			if err := hub.c.Get(ctx, claimKey, &again); err != nil {
-				return err
-			}
-			if again.UID == oldUID || again.Spec.CIDR != granted || again.Status.CIDR != granted {
-				return fmt.Errorf("claimed again as %s (spec %q, status %q), want %s", again.UID, again.Spec.CIDR, again.Status.CIDR, granted)
-			}
-			return nil
-		})
-		waitPool(t, member.c, "pods", func(p *ipamv1.SubnetPool) error {
-			return condition(p, ipamv1.ConditionDelegated, metav1.ConditionTrue, ipamv1.ReasonDelegated)
-		})
 	})
 
 	t.Run("member pool deleted: claim released once the pool holds nothing; restored: asks for its range back", func(t *testing.T) {
@@ -514,4 +492,82 @@ func eventually(t *testing.T, timeout time.Duration, cond func() error) {
 func tail(log []byte, lines int) string {
 	all := strings.Split(string(log), "\n")
 	return strings.Join(all[max(0, len(all)-lines):], "\n")
+}
+
+// A claim deleted in the hub while the member is down (its leader failing
+// over, or cut off from the hub) must not free the range the member serves:
+// nobody else in the hub may be granted it meanwhile. The member's own
+// finalizer on its claim keeps the range held in the hub until the member
+// releases it (its pool deleted).
+func TestAClaimDeletedInTheHubKeepsItsRangeWhileTheMemberServesIt(t *testing.T) {
+	hub := startHub(t)
+	member := startMember(t, hub, "member-a")
+	ctx := context.Background()
+	create(t, member.c, delegated("pods", ""))
+	p := waitPool(t, member.c, "pods", func(p *ipamv1.SubnetPool) error {
+		if p.Status.CIDR == "" {
+			return fmt.Errorf("serves nothing yet: %v", p.Status.Conditions)
+		}
+		return condition(p, ipamv1.ConditionDelegated, metav1.ConditionTrue, ipamv1.ReasonDelegated)
+	})
+	waitSubnetReady(t, member.c, subnet("web", "pods"))
+
+	for _, m := range member.Managers {
+		m.Process.Stop(20 * time.Second)
+	}
+	claimKey := types.NamespacedName{Namespace: "member-a", Name: "member-a.network.pods"}
+	if err := hub.c.Delete(ctx, &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: claimKey.Namespace, Name: claimKey.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	// Someone else in the hub asks for the range the member serves.
+	grab := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: platform, Name: "grab"},
+		Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Namespace: platform, Name: plan}, CIDR: p.Status.CIDR}}
+	if err := hub.c.Create(ctx, grab); apierrors.IsInvalid(err) {
+		t.Logf("the hub refuses %s to another claim at admission: %v", p.Status.CIDR, err)
+	} else if err != nil {
+		t.Fatal(err)
+	} else {
+		waitRefused(t, hub.c, grab)
+	}
+
+	// Back up: the member still serves the range, says its claim is being
+	// deleted, and releases it only with the pool.
+	for _, m := range member.Managers {
+		if err := member.StartManager(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPool(t, member.c, "pods", func(p *ipamv1.SubnetPool) error {
+		if err := condition(p, ipamv1.ConditionReady, metav1.ConditionTrue, ipamv1.ReasonAvailable); err != nil {
+			return err
+		}
+		return condition(p, ipamv1.ConditionDelegated, metav1.ConditionFalse, ipamv1.ReasonDelegationLost)
+	})
+	if err := member.c.Delete(ctx, subnet("web", "pods")); err != nil {
+		t.Fatal(err)
+	}
+	if err := member.c.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func() error { return gone(ctx, hub.c, member.c, claimKey) })
+}
+
+// waitRefused waits until the hub decides the Subnet s, and fails the test
+// if it grants it.
+func waitRefused(t *testing.T, c client.Client, s *ipamv1.Subnet) {
+	t.Helper()
+	var decided *metav1.Condition
+	eventually(t, time.Minute, func() error {
+		var got ipamv1.Subnet
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(s), &got); err != nil {
+			return err
+		}
+		if decided = meta.FindStatusCondition(got.Status.Conditions, ipamv1.ConditionReady); decided == nil {
+			return fmt.Errorf("the hub has not decided Subnet %s yet", s.Name)
+		}
+		return nil
+	})
+	if decided.Status == metav1.ConditionTrue {
+		t.Fatalf("the hub granted %s to Subnet %s while a member serves it (its claim deleted in the hub)", s.Spec.CIDR, s.Name)
+	}
 }
