@@ -45,12 +45,12 @@ spec: {poolRef: {name: team}}
 	mustKubectl(t, "", "wait", "-n", ns, "--for=condition=Ready", "--timeout=60s", "subnetpools", "--all")
 
 	// The columns. The pool's figures update asynchronously after the
-	// Subnets became Ready: wait for them (the exact utilization is in the
-	// wide output).
+	// Subnets became Ready: wait for them (the exact utilization is in
+	// status.utilization; the columns show USED% only).
 	eventually(t, 20*time.Second, func() error {
-		wide := mustKubectl(t, "", "get", "subnetpools", "-n", ns, "-o", "wide")
-		if !strings.Contains(wide, "50.58%") || !strings.Contains(wide, "0.19%") {
-			return fmt.Errorf("not yet:\n%s", wide)
+		figures := mustKubectl(t, "", "get", "subnetpools", "-n", ns, "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.utilization} {end}`)
+		if !strings.Contains(figures, "dc=50.58%") || !strings.Contains(figures, "team=0.19%") {
+			return fmt.Errorf("not yet: %s", figures)
 		}
 		return nil
 	})
