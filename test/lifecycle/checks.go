@@ -264,6 +264,9 @@ func (r *quiescentReport) checkPool(w *world, p *obj) {
 		r.add("L4", id(p, "no-ready"), "pool has no Ready condition: %s", p)
 		return
 	}
+	if p.Delegation != "" && !p.Deleting && !p.rootHeld().IsValid() {
+		return // waits for the hub: D4 (delegation_checks.go) judges why
+	}
 	justified, outsideCounts, fits := poolReasons(w, p)
 	for _, c := range w.outsideClaims(p, p.servedRange()) {
 		r.grandfathered[c.UID] = fmt.Sprintf("%s in %s (%s)", c.key(), p.key(), p.servedRange())

@@ -220,6 +220,9 @@ func (d *driver) send(ctx context.Context, r *request, rec *opRecord) error {
 	if handled, err := d.sendRestoreStatus(ctx, r, rec); handled {
 		return err
 	}
+	if handled, err := d.sendDelegation(ctx, r, rec); handled {
+		return err
+	}
 	var err error
 	switch rec.Verb {
 	case "await":

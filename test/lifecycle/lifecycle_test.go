@@ -86,7 +86,11 @@ func TestMain(m *testing.M) {
 			"--cluster-api-ipam=on",
 			"--address-reuse-after=" + addressReuseAfter.String(),
 		},
+		// Fleet members of a hub that is this API server
+		// (ops_delegation_test.go): the hub kubeconfig's Secret first.
+		BeforeInstall: fleetBeforeInstall,
 	}
+	opts.ManagerArgs = append(opts.ManagerArgs, fleetManagerArgs()...)
 	code := environment.Main(m, opts, true, func(e *environment.Environment, _ client.Client) {
 		env = e
 	})
@@ -138,6 +142,9 @@ func TestLifecycle(t *testing.T) {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := setupFleetRun(ctx, c, runs); err != nil {
+		t.Fatal(err)
 	}
 	rec, err := startRecorder(ctx, c, namespaces)
 	if err != nil {
@@ -291,6 +298,11 @@ func awaitQuiescent(ctx context.Context, c client.Client, namespaces []string, r
 		r := checkQuiescent(objs, labels)
 		r.checkOneHolderPerRange(objs) // O1: ops_restore_test.go
 		r.checkGateways(objs)          // G1, G2: gateway_checks.go
+		hub, err := listHub(ctx, c)
+		if err != nil {
+			return quiescentReport{}, 0, err
+		}
+		lastDelegation = r.checkDelegations(objs, hub, namespaces) // D1-D5: delegation_checks.go
 		known := true
 		for _, f := range r.findings {
 			known = known && reported[f.Key]
@@ -423,6 +435,7 @@ func summary(seed uint64, records []*opRecord, l *lifecycle, wall time.Duration)
 	fmt.Fprintf(&b, "  checks: S1 %d (%d skipped in watch gaps), S2 %d, S3 %d, S5 %d (%d grants across namespaces), Q1 %d grants under per-namespace caps, S6 %d root pool grants, S4 %d explicit creates judged (%d pairs skipped: a deletion and the claim may both have been undelivered), %d not judged (%s), L1-L7 %d objects checked at quiescence\n",
 		rep.s1Checks, rep.s1Skipped, rep.s2Checks, rep.s3Checks, rep.s5Checks, rep.s5Across, rep.q1Checks, rep.s6Checks, adm.checked, adm.pairsSkipped, skippedN, strings.Join(skipped, "; "), l.lchecks)
 	fmt.Fprintf(&b, "  addresses: %s\n", addressSummary(records, rep))
+	fmt.Fprintf(&b, "  delegation: %s\n", lastDelegation)
 	fmt.Fprintf(&b, "  edges: %d lag windows; %s\n", d.lagWindows, edgeSummary(records, rep))
 	fmt.Fprintf(&b, "  grandfathered claims seen (held outside their pool's range or on its reserved ranges): %d\n", len(rpt.grandfathered))
 	for _, uid := range slices.Sorted(maps.Keys(rpt.grandfathered)) {

@@ -19,7 +19,10 @@
 // them, with a client's retries, and injects the faults; lagproxy_test.go
 // is the proxy in front of each replica that holds back its IPAddress
 // watches; history_test.go records every object version;
-// lifecycle_test.go runs the phases and reports.
+// lifecycle_test.go runs the phases and reports. The replicas are fleet
+// members of a hub that is the same API server: ops_delegation_test.go
+// sets it up and draws the operations on delegated root pools, and
+// delegation_checks.go checks them (D1-D5).
 //
 // This file and checks.go are the model and the checks, and addresses.go
 // the model and checks of Cluster API IPAddressClaims answered from
@@ -79,6 +82,9 @@ type obj struct {
 	Reserved     []string
 	// Allowed is a pool's spec.allowedNamespaces; nil means Same.
 	Allowed *ipamv1.AllowedNamespaces
+	// Delegation is a delegated root pool's hub pool, "namespace/name"
+	// (delegation_checks.go); "" for any other pool.
+	Delegation string
 
 	StatusCIDR         string
 	ObservedGeneration int64
@@ -156,6 +162,7 @@ func fromPool(p *ipamv1.SubnetPool) obj {
 		Ref: refOf(p.Namespace, p.Spec.ParentRef), CIDR: p.Spec.CIDR, Default: p.Spec.DefaultPrefixLength,
 		Min: p.Spec.MinPrefixLength, Max: p.Spec.MaxPrefixLength, Reserved: slices.Clone(p.Spec.Reserved),
 		Allowed:    p.Spec.AllowedNamespaces.DeepCopy(),
+		Delegation: delegationOf(p),
 		StatusCIDR: p.Status.CIDR, ObservedGeneration: p.Status.ObservedGeneration,
 		Conditions: slices.Clone(p.Status.Conditions), Figures: figures,
 	}

@@ -117,7 +117,11 @@ func platformConsent() *ipamv1.AllowedNamespaces {
 // delete-subnet-foreground 2, write-address-by-hand 3, restore-address 3;
 // and through the deprecated API version (ops_versions_test.go, which has
 // its table): v1alpha1-round-trip 3; and a restored status
-// (ops_restore_test.go, which has its table): restore-status 3.
+// (ops_restore_test.go, which has its table): restore-status 3; and
+// delegated root pools of a hub (ops_delegation_test.go, which has its
+// table): create-delegated-pool 4, delete-delegated-pool 2,
+// delete-hub-claim 2, create-delegated-subnet 3, other-member-claim 2,
+// restore-delegated-pool 2.
 //
 // A delete-subnet deletes the Subnet's claims first half the time (else the
 // Subnet waits for them, terminating), a drain-pool mostly; the bursts of
@@ -140,6 +144,8 @@ var opMix = []struct {
 	{opLagAddresses, 2}, {opDeleteClaimFg, 2}, {opDeleteSubnetFg, 2}, {opWriteAddress, 3}, {opRestoreAddress, 3},
 	{opV1alpha1RoundTrip, 3},
 	{opRestoreStatus, 3}, // a restored status: ops_restore_test.go
+	// Delegated root pools of a hub: ops_delegation_test.go.
+	{opCreateDelegated, 4}, {opDeleteDelegated, 2}, {opDeleteHubClaim, 2}, {opDelegatedSubnet, 3}, {opOtherMemberClaim, 2}, {opRestoreDelegated, 2},
 }
 
 // Names come from small pools, so that objects are re-created under a name
@@ -163,6 +169,8 @@ type generator struct {
 	// platform is the namespace whose pools allow the tenant namespaces
 	// (nil: none).
 	platform *nsPlan
+	// fleet: the hub (ops_delegation_test.go).
+	fleet fleetBelief
 }
 
 type nsPlan struct {
@@ -177,6 +185,9 @@ type nsPlan struct {
 	// platform: its pools allow namespaces labelled tenant; tenant: it is
 	// labelled so (as believed).
 	platform, tenant bool
+	// delegated: its delegated root pools (ops_delegation_test.go); the
+	// explicit ones are in pools too.
+	delegated map[string]*delegationPlan
 }
 
 type poolPlan struct {
@@ -239,17 +250,19 @@ type request struct {
 	v1alpha1 *v1alpha1Op
 	// status: a status written as a backup tool restores it (ops_restore_test.go).
 	status *statusRestoreOp
-	out    *opRecord // the outcome, once sent
+	// delegation: a delegated pool's restore (ops_delegation_test.go).
+	delegation *delegationOp
+	out        *opRecord // the outcome, once sent
 }
 
 // newGenerator draws from seed over namespaces; platform (one of them, or
 // "") is the platform namespace, and tenants are the namespaces labelled
 // tenant at the start.
 func newGenerator(seed uint64, namespaces []string, platform string, tenants []string) *generator {
-	g := &generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	g := &generator{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), fleet: fleetBelief{otherClaims: map[string]bool{}}}
 	for i, ns := range namespaces {
 		plan := &nsPlan{name: ns, index: i, pools: map[string]*poolPlan{}, subnets: map[string]*subnetPlan{}, claims: map[string]*claimPlan{}, written: map[string]bool{},
-			platform: ns == platform, tenant: slices.Contains(tenants, ns)}
+			delegated: map[string]*delegationPlan{}, platform: ns == platform, tenant: slices.Contains(tenants, ns)}
 		g.nss = append(g.nss, plan)
 		if plan.platform {
 			g.platform = plan
@@ -322,6 +335,9 @@ func (g *generator) next() *operation {
 func (g *generator) make(kind string) *operation {
 	ns := g.nss[g.rng.IntN(len(g.nss))]
 	if op := g.makeAddressOp(kind, ns); op != nil {
+		return op
+	}
+	if op := g.makeDelegationOp(kind, ns); op != nil {
 		return op
 	}
 	switch kind {

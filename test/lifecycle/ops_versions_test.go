@@ -54,6 +54,11 @@ type v1alpha1Op struct {
 // v1alpha1RoundTrip draws a round trip of one of ns's Subnets or pools.
 func (g *generator) v1alpha1RoundTrip(ns *nsPlan) *operation {
 	subnets, pools := sortedKeys(ns.subnets), sortedKeys(ns.pools)
+	for _, d := range sortedKeys(ns.delegated) { // those of a range the generator does not know too
+		if ns.pools[d] == nil {
+			pools = append(pools, d)
+		}
+	}
 	kind, names := kindSubnet, subnets
 	if len(pools) > 0 && (len(subnets) == 0 || g.chance(0.3)) {
 		kind, names = kindPool, pools
