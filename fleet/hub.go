@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -68,11 +69,18 @@ func HubFromSecret(ctx context.Context, reader client.Reader, secretRef, cluster
 	if err != nil {
 		return nil, fmt.Errorf("the hub's kubeconfig in Secret %s: %w", secretRef, err)
 	}
-	namespace, explicit, err := clientConfig.Namespace()
-	if err != nil || !explicit {
-		namespace = clusterName
+	return NewHub(config, hubNamespace(loaded, clusterName), scheme)
+}
+
+// hubNamespace is the member's namespace in the hub: the kubeconfig's
+// current context's namespace, else the cluster name. (clientcmd's
+// ClientConfig.Namespace reports only whether an override set it, not
+// whether the context names one.)
+func hubNamespace(kubeconfig *clientcmdapi.Config, clusterName string) string {
+	if ctx := kubeconfig.Contexts[kubeconfig.CurrentContext]; ctx != nil && ctx.Namespace != "" {
+		return ctx.Namespace
 	}
-	return NewHub(config, namespace, scheme)
+	return clusterName
 }
 
 // NewHub makes the hub's cluster for a member whose hub namespace is

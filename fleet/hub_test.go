@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
@@ -45,5 +46,23 @@ func TestMemberPoolOfIsOnlyThisMembersClaims(t *testing.T) {
 	}
 	if a, b := claimName("member-a", pool), claimName("member-b", pool); a == b {
 		t.Errorf("two members' claims for one pool name share the name %s", a)
+	}
+}
+
+// The member's hub namespace is its kubeconfig context's namespace when the
+// context names one (docs/fleet.md), else its cluster name. Found by the
+// lifecycle checker: the context's namespace was ignored.
+func TestHubNamespaceIsTheContextsNamespace(t *testing.T) {
+	kubeconfig := func(namespace string) *clientcmdapi.Config {
+		c := clientcmdapi.NewConfig()
+		c.Contexts["hub"] = &clientcmdapi.Context{Cluster: "hub", AuthInfo: "member", Namespace: namespace}
+		c.CurrentContext = "hub"
+		return c
+	}
+	if got := hubNamespace(kubeconfig("tenants-member-a"), "member-a"); got != "tenants-member-a" {
+		t.Errorf("with a context namespace: %q, want tenants-member-a", got)
+	}
+	if got := hubNamespace(kubeconfig(""), "member-a"); got != "member-a" {
+		t.Errorf("without one: %q, want the cluster name member-a", got)
 	}
 }

@@ -45,13 +45,12 @@ import (
 
 // The hub side (ops_delegation_test.go sets it up).
 const (
-	// fleetHubNamespace is the members' namespace in the hub, named both
-	// by their hub kubeconfig's context and by --cluster-name: the manager
-	// takes the cluster name for it whatever the context says (a finding
-	// of this checker: fleet.HubFromSecret reads clientcmd's "overridden"
-	// flag as "the context names one"; /work/notes/lfleet.md).
+	// fleetHubNamespace is the members' namespace in the hub, named by
+	// their hub kubeconfig's context; their --cluster-name differs, so
+	// that a manager taking the cluster name for it fails every claim (a
+	// finding of this checker, fixed in fleet.hubNamespace).
 	fleetHubNamespace   = "lifecycle-hub"
-	fleetCluster        = fleetHubNamespace     // the members' --cluster-name
+	fleetCluster        = "lifecycle"           // the members' --cluster-name
 	fleetOtherNamespace = "lifecycle-hub-other" // the other member identity's
 	fleetPlanName       = "plan"
 )
@@ -141,7 +140,9 @@ func (r *quiescentReport) checkServing(p *obj, claim *hubClaim, del *metav1.Cond
 	holds := claimHolds(claim)
 	if del != nil && del.Reason == ipamv1.ReasonDelegationLost && del.Status == metav1.ConditionFalse {
 		sum.lost++
-		if holds == served.String() && claim.MemberPoolUID == p.UID {
+		// A claim deleted in the hub keeps its range (the member's
+		// finalizer) while it is Terminating: DelegationLost is right then.
+		if holds == served.String() && claim.MemberPoolUID == p.UID && !claim.Deleting {
 			r.add("D4", id(p, "lost-but-held"), "delegated pool says DelegationLost (%s) though its claim in the hub holds %s again: %s\n\tclaim %s", conditionString(del), served, p, &claim.obj)
 		}
 		return
