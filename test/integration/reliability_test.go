@@ -23,12 +23,22 @@ import (
 
 // A violation written straight into status (as a bypassed or buggy
 // controller would) is found by the auditor: a metric and an event. The
-// pool's Overlapping condition reports it too.
+// pool's Overlapping condition reports it too. The violation is a Subnet
+// over a child pool's range: one over another Subnet's the arbiter takes
+// back (TestARestoredStatusDoesNotCarryARangeIntoAnotherPool), one over a
+// child pool it only reports (two informers may lag apart).
 func TestAuditorReportsInjectedViolation(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	create(t, newPool(ns, "p", "10.70.0.0/16", 0), explicitSubnet(ns, "a", "p", "10.70.1.0/24"), explicitSubnet(ns, "b", "p", "10.70.2.0/24"))
-	subnetReason(t, ns, "a", ipamv1.ReasonAllocated)
+	child := newPool(ns, "a", "10.70.1.0/24", 0)
+	child.Spec.ParentRef = &ipamv1.PoolReference{Name: "p"}
+	create(t, newPool(ns, "p", "10.70.0.0/16", 0), child, explicitSubnet(ns, "b", "p", "10.70.2.0/24"))
+	poolShows(t, ns, "a", func(p *ipamv1.SubnetPool) error {
+		if p.Status.CIDR != "10.70.1.0/24" {
+			return fmt.Errorf("child pool a not granted yet: %+v", p.Status)
+		}
+		return nil
+	})
 	b := subnetReason(t, ns, "b", ipamv1.ReasonAllocated)
 	before := b.DeepCopy()
 	b.Status.CIDR = "10.70.1.128/25" // now inside a's range, and still Ready
@@ -52,7 +62,7 @@ func TestAuditorReportsInjectedViolation(t *testing.T) {
 	})
 	eventually(t, 30*time.Second, func() error {
 		out, _, err := kubectl(t, "", "get", "events", "-n", ns, "--field-selector", "reason=AuditViolation", "-o", "jsonpath={.items[*].note}{.items[*].message}")
-		if err != nil || !strings.Contains(out, fmt.Sprintf("Subnet %s/b holds 10.70.1.128/25, which overlaps Subnet %s/a (10.70.1.0/24), also Ready", ns, ns)) {
+		if err != nil || !strings.Contains(out, fmt.Sprintf("Subnet %s/b holds 10.70.1.128/25, which overlaps SubnetPool %s/a (10.70.1.0/24), also Ready", ns, ns)) {
 			return fmt.Errorf("no audit event yet (%q): %w", out, err)
 		}
 		return nil

@@ -22,7 +22,9 @@ import (
 func TestSubnetWaitingForAMissingPoolNamesTheLikelyPool(t *testing.T) {
 	ctx := context.Background()
 	team, netops := namespace(t), namespace(t)
-	corp := newPool(netops, "corp", "10.90.0.0/16", 24)
+	// A name no other test's pool has: pools of other tests that allow
+	// every namespace would be suggested too (the first in name order).
+	corp := newPool(netops, "corp-of-waits", "10.90.0.0/16", 24)
 	corp.Spec.AllowedNamespaces = &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}
 	create(t, corp)
 
@@ -30,12 +32,12 @@ func TestSubnetWaitingForAMissingPoolNamesTheLikelyPool(t *testing.T) {
 apiVersion: ipam.subnet-operator.io/v1alpha2
 kind: Subnet
 metadata: {name: web, namespace: %s}
-spec: {poolRef: {name: corp}, prefixLength: 26}
+spec: {poolRef: {name: corp-of-waits}, prefixLength: 26}
 `, team), "create", "-f", "-")
 	if err != nil {
 		t.Fatalf("%v: %s", err, stderr)
 	}
-	hint := fmt.Sprintf("Did you mean %s/corp? spec.poolRef cannot change: delete the Subnet and create it again with poolRef %s/corp", netops, netops)
+	hint := fmt.Sprintf("Did you mean %s/corp-of-waits? spec.poolRef cannot change: delete the Subnet and create it again with poolRef %s/corp-of-waits", netops, netops)
 	if !strings.Contains(stderr, hint) {
 		t.Errorf("create warning %q, want it to contain %q", stderr, hint)
 	}
@@ -70,7 +72,7 @@ spec: {poolRef: {name: corp}, prefixLength: 26}
 	eventually(t, 30*time.Second, func() error { return scrapeShows(true) })
 
 	// The pool it names appears: the waiting claim is allocated.
-	create(t, newPool(team, "corp", "10.91.0.0/16", 24))
+	create(t, newPool(team, "corp-of-waits", "10.91.0.0/16", 24))
 	subnetReason(t, team, "web", ipamv1.ReasonAllocated)
 	eventually(t, 30*time.Second, func() error { return scrapeShows(false) })
 }
