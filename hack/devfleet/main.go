@@ -27,15 +27,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
-	"github.com/subnet-operator/subnet-operator/test/controlplane"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
@@ -43,13 +40,6 @@ import (
 // common name of their hub client certificates) and their hub namespaces,
 // as config/samples/fleet/hub names them.
 var members = []string{"member-1", "member-2"}
-
-// The hub kubeconfig Secret in each member, where config/fleet-member has
-// the manager read it.
-const (
-	secretNamespace = environment.Namespace
-	secretName      = "subnet-operator-hub-kubeconfig"
-)
 
 func main() {
 	dir := flag.String("dir", ".dev/fleet", "State directory: one subdirectory per control plane (etcd data, certificates, kubeconfig, logs).")
@@ -206,23 +196,9 @@ func startMember(ctx context.Context, hub *environment.Environment, dir, manager
 	if err != nil {
 		return nil, err
 	}
-	return environment.Start(ctx, environment.Options{
-		Dir: dir, Manager: manager,
-		ManagerArgs: []string{"--hub-kubeconfig-secret=" + secretNamespace + "/" + secretName, "--cluster-name=" + name},
-		BeforeInstall: func(ctx context.Context, cp *controlplane.ControlPlane) error {
-			c, err := client.New(cp.Config, client.Options{})
-			if err != nil {
-				return err
-			}
-			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretNamespace}}); err != nil {
-				return err
-			}
-			return c.Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace, Name: secretName},
-				Data:       map[string][]byte{"value": kubeconfig},
-			})
-		},
-	})
+	opts := environment.Options{Dir: dir, Manager: manager}
+	opts.AsFleetMember(name, kubeconfig)
+	return environment.Start(ctx, opts)
 }
 
 // waitGranted waits until the member's delegated pool network/pods serves

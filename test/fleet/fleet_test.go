@@ -59,9 +59,6 @@ func TestMain(m *testing.M) {
 const (
 	platform = "platform" // the hub namespace of the plan
 	plan     = "plan"     // the hub pool members take their ranges from
-	// secretNamespace and secretName locate the hub's kubeconfig in a member.
-	secretNamespace = "fleet-system"
-	secretName      = "hub-kubeconfig"
 )
 
 // cluster is one control plane with the operator, and an admin client.
@@ -147,22 +144,9 @@ patches:
 	if err != nil {
 		t.Fatal(err)
 	}
-	member := start(t, environment.Options{
-		ManagerArgs: []string{"--hub-kubeconfig-secret=" + secretNamespace + "/" + secretName, "--cluster-name=" + name},
-		BeforeInstall: func(ctx context.Context, cp *controlplane.ControlPlane) error {
-			c, err := client.New(cp.Config, client.Options{})
-			if err != nil {
-				return err
-			}
-			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretNamespace}}); err != nil {
-				return err
-			}
-			return c.Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace, Name: secretName},
-				Data:       map[string][]byte{"value": kubeconfig},
-			})
-		},
-	})
+	opts := environment.Options{}
+	opts.AsFleetMember(name, kubeconfig)
+	member := start(t, opts)
 	if err := environment.CreateIsolatedNamespace(ctx, member.c, "network", nil); err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
-	"github.com/subnet-operator/subnet-operator/test/controlplane"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
@@ -61,9 +60,6 @@ const (
 	plan     = "plan"     // the hub pool: 10.0.0.0/8, /16s for members
 	// member is the real member's identity and hub namespace.
 	member = "member"
-	// The hub kubeconfig Secret in the real member.
-	secretNamespace = environment.Namespace
-	secretName      = "subnet-operator-hub-kubeconfig"
 )
 
 var scheme = runtime.NewScheme()
@@ -131,23 +127,9 @@ func run(ctx context.Context, sizes []int, manager string, timeout time.Duration
 	if err != nil {
 		return err
 	}
-	memberEnv, err := environment.Start(ctx, environment.Options{
-		Dir: filepath.Join(dir, member), Manager: manager,
-		ManagerArgs: []string{"--hub-kubeconfig-secret=" + secretNamespace + "/" + secretName, "--cluster-name=" + member},
-		BeforeInstall: func(ctx context.Context, cp *controlplane.ControlPlane) error {
-			c, err := client.New(cp.Config, client.Options{})
-			if err != nil {
-				return err
-			}
-			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretNamespace}}); err != nil {
-				return err
-			}
-			return c.Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace, Name: secretName},
-				Data:       map[string][]byte{"value": memberKubeconfig},
-			})
-		},
-	})
+	memberOpts := environment.Options{Dir: filepath.Join(dir, member), Manager: manager}
+	memberOpts.AsFleetMember(member, memberKubeconfig)
+	memberEnv, err := environment.Start(ctx, memberOpts)
 	if err != nil {
 		return fmt.Errorf("the member: %w", err)
 	}
