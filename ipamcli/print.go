@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"math/big"
 	"strings"
 	"text/tabwriter"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/subnet-operator/subnet-operator/statuscalc"
 )
 
 // printer writes a result as a table (for people) or as JSON or YAML (for
@@ -93,7 +93,7 @@ func (p printer) tree(roots []PoolNode) error {
 		if n.Ready != "True" && n.Reason != "" {
 			ready += " (" + n.Reason + ")"
 		}
-		used, free, largest := "", orDash(readableCount(n.Free)), orDash(n.LargestFreeBlock)
+		used, free, largest := "", orDash(statuscalc.ReadableCount(n.Free)), orDash(n.LargestFreeBlock)
 		if n.Utilization != "" {
 			used = n.Utilization
 		}
@@ -138,20 +138,20 @@ func (p printer) free(r FreeResult) error {
 	}
 	w := p.table()
 	if r.Length == nil {
-		_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s in %s\n\n", r.Namespace, r.Pool, r.CIDR, plural(readableCount(r.Total), "free address"), plural(len(r.Blocks), "block"))
+		_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s in %s\n\n", r.Namespace, r.Pool, r.CIDR, plural(statuscalc.ReadableCount(r.Total), "free address"), plural(len(r.Blocks), "block"))
 		_, _ = fmt.Fprintln(w, "FREE BLOCK\tADDRESSES")
 		for _, b := range r.Blocks {
-			_, _ = fmt.Fprintf(w, "%s\t%s\n", b.CIDR, readableCount(b.Addresses))
+			_, _ = fmt.Fprintf(w, "%s\t%s\n", b.CIDR, statuscalc.ReadableCount(b.Addresses))
 		}
 		return w.Flush()
 	}
-	_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s can be allocated, from %s\n\n", r.Namespace, r.Pool, r.CIDR, plural(readableCount(r.Total), fmt.Sprintf("/%d range", *r.Length)), plural(len(r.Blocks), "block"))
+	_, _ = fmt.Fprintf(w, "SubnetPool %s/%s (%s): %s can be allocated, from %s\n\n", r.Namespace, r.Pool, r.CIDR, plural(statuscalc.ReadableCount(r.Total), fmt.Sprintf("/%d range", *r.Length)), plural(len(r.Blocks), "block"))
 	if len(r.Blocks) == 0 {
 		return w.Flush()
 	}
 	_, _ = fmt.Fprintf(w, "FREE BLOCK\tADDRESSES\t/%d RANGES\n", *r.Length)
 	for _, b := range r.Blocks {
-		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\n", b.CIDR, readableCount(b.Addresses), readableCount(b.Fits))
+		_, _ = fmt.Fprintf(w, "%s\t%s\t%s\n", b.CIDR, statuscalc.ReadableCount(b.Addresses), statuscalc.ReadableCount(b.Fits))
 	}
 	return w.Flush()
 }
@@ -192,7 +192,7 @@ func (p printer) whoHas(query string, holders []Holder) error {
 }
 
 // plural spells a count of things, the count as a number or as printed (an
-// address count from readableCount): "1 block", "3 blocks", "1 free
+// address count from statuscalc.ReadableCount): "1 block", "3 blocks", "1 free
 // address", "2^80 free addresses". thing is singular; its last word takes
 // the English plural ending, "es" after a hissing sound (address, box).
 func plural[N int | string](n N, thing string) string {
@@ -206,23 +206,6 @@ func plural[N int | string](n N, thing string) string {
 		}
 	}
 	return count + " " + thing + "s"
-}
-
-// readableCount spells an address or range count for a person: as it is up
-// to 2^40, else as a power of two ("2^80", or "≈2^80" when not exact), the
-// way IPv6 sizes are spoken. Structured output keeps the exact decimal.
-func readableCount(s string) string {
-	n, ok := new(big.Int).SetString(s, 10)
-	if !ok || n.Sign() <= 0 || n.BitLen() <= 41 {
-		return s
-	}
-	exp := n.BitLen() - 1
-	if new(big.Int).Lsh(big.NewInt(1), uint(exp)).Cmp(n) == 0 {
-		return fmt.Sprintf("2^%d", exp)
-	}
-	// Nearest power: above when n is past 2^exp·√2.
-	f, _ := new(big.Float).SetInt(n).Float64()
-	return fmt.Sprintf("≈2^%.0f", math.Log2(f))
 }
 
 func orDash(s string) string {

@@ -2,6 +2,7 @@ package statuscalc
 
 import (
 	"fmt"
+	"math"
 	"math/big"
 	"net/netip"
 	"slices"
@@ -350,6 +351,7 @@ func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPo
 	st.Reserved = u.Reserved.String()
 	st.Allocated = u.Held.String()
 	st.Free = u.Free.String()
+	st.FreeReadable = ReadableCount(st.Free)
 	usable := new(big.Int).Sub(u.Capacity, u.Reserved)
 	st.Utilization = FormatPercent(u.Held, usable)
 	st.UtilizationPercent = ptr.To(WholePercent(u.Held, usable))
@@ -475,4 +477,22 @@ func rootOverlap(message string) metav1.Condition {
 			Message: "no other root pool of its address space overlaps it"}
 	}
 	return metav1.Condition{Type: ipamv1.ConditionAddressSpaceOverlap, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonRootPoolsOverlap, Message: message}
+}
+
+// ReadableCount spells an address or range count for a person: as it is up
+// to 2^40, else as a power of two ("2^80", or "≈2^80" when not exact), the
+// way IPv6 sizes are spoken. A 25-digit count in a column is unreadable;
+// structured output keeps the exact decimal beside it.
+func ReadableCount(s string) string {
+	n, ok := new(big.Int).SetString(s, 10)
+	if !ok || n.Sign() <= 0 || n.BitLen() <= 41 {
+		return s
+	}
+	exp := n.BitLen() - 1
+	if new(big.Int).Lsh(big.NewInt(1), uint(exp)).Cmp(n) == 0 {
+		return fmt.Sprintf("2^%d", exp)
+	}
+	// Nearest power: above when n is past 2^exp·√2.
+	f, _ := new(big.Float).SetInt(n).Float64()
+	return fmt.Sprintf("≈2^%.0f", math.Log2(f))
 }

@@ -62,7 +62,7 @@ func TestCalculateStatus(t *testing.T) {
 		{
 			name: "empty IPv4 pool",
 			pool: pool("10.0.0.0/16", ptr.To[int32](24)),
-			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16", Capacity: "65536", Reserved: "0", Allocated: "0", Free: "65536",
+			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16", Capacity: "65536", Reserved: "0", Allocated: "0", Free: "65536", FreeReadable: "65536",
 				Utilization: "0.00%", UtilizationPercent: ptr.To[int32](0), LargestFreeBlock: "10.0.0.0/16",
 				FreeBlocks: []string{"10.0.0.0/16"}, AllocatableBlocks: "256"},
 		},
@@ -75,7 +75,7 @@ func TestCalculateStatus(t *testing.T) {
 				subnet("pending", 2, "", ""),
 			},
 			children: []ipamv1.SubnetPool{child("team", 0, "10.0.128.0/17", "10.0.128.0/17")},
-			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16", Capacity: "65536", Reserved: "256", Allocated: "33280", Free: "32000",
+			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/16", Capacity: "65536", Reserved: "256", Allocated: "33280", Free: "32000", FreeReadable: "32000",
 				Utilization: "50.98%", UtilizationPercent: ptr.To[int32](50), LargestFreeBlock: "10.0.32.0/19",
 				// Largest first, lowest address first among equals: the gaps
 				// around a, b and the reserved 10.0.127.0/24.
@@ -90,14 +90,14 @@ func TestCalculateStatus(t *testing.T) {
 				subnet("low", 0, "10.0.0.0/25", "10.0.0.0/25"),
 				subnet("high", 0, "10.0.0.128/25", "10.0.0.128/25"),
 			},
-			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/24", Capacity: "256", Reserved: "0", Allocated: "256", Free: "0",
+			want: ipamv1.SubnetPoolStatus{CIDR: "10.0.0.0/24", Capacity: "256", Reserved: "0", Allocated: "256", Free: "0", FreeReadable: "0",
 				Utilization: "100.00%", UtilizationPercent: ptr.To[int32](100), AllocatableBlocks: "0", Subnets: 2},
 		},
 		{
 			name:    "pool of one address",
 			pool:    pool("10.1.1.1/32", ptr.To[int32](32)),
 			subnets: []ipamv1.Subnet{subnet("only", 0, "10.1.1.1/32", "10.1.1.1/32")},
-			want: ipamv1.SubnetPoolStatus{CIDR: "10.1.1.1/32", Capacity: "1", Reserved: "0", Allocated: "1", Free: "0",
+			want: ipamv1.SubnetPoolStatus{CIDR: "10.1.1.1/32", Capacity: "1", Reserved: "0", Allocated: "1", Free: "0", FreeReadable: "0",
 				Utilization: "100.00%", UtilizationPercent: ptr.To[int32](100), AllocatableBlocks: "0", Subnets: 1},
 		},
 		{
@@ -105,7 +105,7 @@ func TestCalculateStatus(t *testing.T) {
 			pool:    pool("2001:db8::/48", ptr.To[int32](64)),
 			subnets: []ipamv1.Subnet{subnet("a", 0, "", "2001:db8::/64"), subnet("b", 0, "", "2001:db8:0:1::/64")},
 			want: ipamv1.SubnetPoolStatus{CIDR: "2001:db8::/48", Capacity: "1208925819614629174706176", Reserved: "0",
-				Allocated: "36893488147419103232", Free: "1208888926126481755602944",
+				Allocated: "36893488147419103232", Free: "1208888926126481755602944", FreeReadable: "≈2^80",
 				Utilization: "0.00%", UtilizationPercent: ptr.To[int32](0), LargestFreeBlock: "2001:db8:0:8000::/49",
 				FreeBlocks: []string{"2001:db8:0:8000::/49", "2001:db8:0:4000::/50", "2001:db8:0:2000::/51", "2001:db8:0:1000::/52",
 					"2001:db8:0:800::/53", "2001:db8:0:400::/54", "2001:db8:0:200::/55", "2001:db8:0:100::/56"},
@@ -116,7 +116,7 @@ func TestCalculateStatus(t *testing.T) {
 			pool:    pool("::/0", ptr.To[int32](1)),
 			subnets: []ipamv1.Subnet{subnet("half", 0, "::/1", "::/1")},
 			want: ipamv1.SubnetPoolStatus{CIDR: "::/0", Capacity: "340282366920938463463374607431768211456", Reserved: "0",
-				Allocated: "170141183460469231731687303715884105728", Free: "170141183460469231731687303715884105728",
+				Allocated: "170141183460469231731687303715884105728", Free: "170141183460469231731687303715884105728", FreeReadable: "2^127",
 				Utilization: "50.00%", UtilizationPercent: ptr.To[int32](50), LargestFreeBlock: "8000::/1",
 				FreeBlocks: []string{"8000::/1"}, AllocatableBlocks: "1", Subnets: 1},
 		},
@@ -366,6 +366,16 @@ func TestSplitCarved(t *testing.T) {
 		got := SplitCarved(tt.u, big.NewInt(tt.carved))
 		if got.Carved.Int64() != tt.carved || got.Held.Int64() != tt.wantHeld || got.Allocatable.Int64() != tt.wantAllocatable {
 			t.Errorf("%s: carved %s held %s allocatable %s, want %d %d %d", tt.name, got.Carved, got.Held, got.Allocatable, tt.carved, tt.wantHeld, tt.wantAllocatable)
+		}
+	}
+}
+
+// An IPv6 pool's free count is a 25-digit number; the FREE column shows it
+// as IPv6 sizes are spoken.
+func TestReadableCount(t *testing.T) {
+	for in, want := range map[string]string{"256": "256", "4294967296": "4294967296", "1208925819614629174706176": "2^80", "1208925819614629174705920": "≈2^80", "": "", "x": "x"} {
+		if got := ReadableCount(in); got != want {
+			t.Errorf("ReadableCount(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

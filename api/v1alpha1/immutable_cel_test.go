@@ -125,5 +125,10 @@ func TestPrinterColumnsOfBothVersions(t *testing.T) {
 		if strings.Join(figures, ",") != "Used%" {
 			t.Errorf("%s SubnetPool: utilization columns %v, want Used%% only", version, figures)
 		}
+		for _, c := range cols {
+			if c.Name == "Free" && c.JSONPath != ".status.freeReadable" {
+				t.Errorf("%s SubnetPool: Free shows %s, want .status.freeReadable (2^80, not 25 digits)", version, c.JSONPath)
+			}
+		}
 	}
 }

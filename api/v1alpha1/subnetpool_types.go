@@ -129,6 +129,12 @@ type SubnetPoolStatus struct {
 	// +optional
 	Free string `json:"free,omitempty"`
 
+	// FreeReadable is Free as a person reads it, what the FREE column
+	// shows: the count up to 2^40, else a power of two ("2^80", or
+	// "≈2^80" when not exact).
+	// +optional
+	FreeReadable string `json:"freeReadable,omitempty"`
+
 	// Utilization is allocated / (capacity - reserved), as a percentage
 	// with two decimals, truncated ("37.50%").
 	// +optional
@@ -191,7 +197,7 @@ type SubnetPoolStatus struct {
 // +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.spec.parentRef`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Used%",type=integer,JSONPath=`.status.utilizationPercent`
-// +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.free`
+// +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.freeReadable`
 // +kubebuilder:printcolumn:name="Largest Free",type=string,JSONPath=`.status.largestFreeBlock`
 // +kubebuilder:printcolumn:name="Subnets",type=integer,JSONPath=`.status.subnets`,priority=1
 // +kubebuilder:printcolumn:name="Allocatable",type=string,JSONPath=`.status.allocatableBlocks`,priority=1
