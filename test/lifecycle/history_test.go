@@ -78,6 +78,11 @@ func startRecorder(ctx context.Context, c client.WithWatch, namespaces []string)
 			r.events[kind] = append(r.events[kind], event{Type: string(watch.Added), Obj: o, Received: time.Now()})
 		}
 		r.progress[kind] = rv
+	}
+	// The watches start once every kind is listed: a watch reads the maps
+	// that the lists above fill (under r.mu from then on).
+	for _, kind := range recordedKinds {
+		rv := r.progress[kind]
 		r.done.Add(1)
 		go func() {
 			defer r.done.Done()
