@@ -286,23 +286,28 @@ func removeLikeClusterctl(t *testing.T, ns string, exp *exported) {
 		&ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "machines"}},
 		&ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dc"}},
 		&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "work"}})
+	// Each object is gone before the next is deleted, and a refused or
+	// raced removal is tried again, as clusterctl retries it with
+	// back-off: between the strip and the delete a controller may put
+	// its finalizer back, and the pool's delete is refused while the
+	// Subnet is still there.
 	strip := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
 	for _, o := range objs {
-		if err := k8s.Patch(ctx, o, strip); client.IgnoreNotFound(err) != nil {
-			t.Fatalf("removing the finalizers of %T %s: %v", o, o.GetName(), err)
-		}
-		if err := k8s.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
-			t.Fatalf("deleting %T %s: %v", o, o.GetName(), err)
-		}
-	}
-	eventually(t, time.Minute, func() error {
-		for _, o := range objs {
+		eventually(t, time.Minute, func() error {
+			if err := k8s.Patch(ctx, o, strip); apierrors.IsNotFound(err) {
+				return nil
+			} else if err != nil {
+				return fmt.Errorf("removing the finalizers of %T %s: %w", o, o.GetName(), err)
+			}
+			if err := k8s.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting %T %s: %w", o, o.GetName(), err)
+			}
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%T %s still there (%v)", o, o.GetName(), err)
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 }
 
 // create creates exported objects in the namespace, recording their new
