@@ -18,9 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
@@ -40,9 +38,6 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	// The client's logs (the API server's warnings) are not the test's;
-	// tests that expect a warning read it from the response.
-	ctrllog.SetLogger(logr.Discard())
 	root, err := environment.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 	"github.com/subnet-operator/subnet-operator/capi"
@@ -27,6 +30,10 @@ import (
 // found a race in the manager. On failure it prints the end of every log.
 func Main(m *testing.M, opts Options, race bool, setup func(*Environment, client.Client)) int {
 	ctx := context.Background()
+	// The clients' own logs (the API server's warnings) are not the
+	// tests': a test that expects a warning reads it from the response.
+	// Unset, controller-runtime prints a stack trace the first time.
+	ctrllog.SetLogger(logr.Discard())
 	dir, err := os.MkdirTemp("", "subnet-operator-tests-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -62,15 +69,21 @@ func Main(m *testing.M, opts Options, race bool, setup func(*Environment, client
 
 	code := m.Run()
 
+	var why []string
+	if code != 0 {
+		why = append(why, "a test failed (its --- FAIL lines are above the logs)")
+	}
 	for _, mgr := range env.Managers {
 		mgr.Process.Stop(15 * time.Second)
 		if err := mgr.Process.Err(); err != nil {
-			fmt.Fprintf(os.Stderr, "%s exited with %v (with the race detector, 66 means it found a race)\n", mgr.Name, err)
+			why = append(why, fmt.Sprintf("%s exited with %v (with the race detector, 66 means it found a race)", mgr.Name, err))
 			code = 1
 		}
 	}
 	if code != 0 {
 		dumpLogs(env.LogDir())
+		// Last, where a truncated CI log still shows it.
+		fmt.Fprintf(os.Stderr, "environment: the run failed: %s\n", strings.Join(why, "; "))
 	}
 	env.Stop()
 	return code
