@@ -10,10 +10,13 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -88,6 +91,16 @@ func hubNamespace(kubeconfig *clientcmdapi.Config, clusterName string) string {
 func NewHub(config *rest.Config, namespace string, scheme *runtime.Scheme) (*Hub, error) {
 	c, err := cluster.New(config, func(o *cluster.Options) {
 		o.Scheme = scheme
+		// A fixed mapping of the one kind read in the hub, not discovery:
+		// a member manager that (re)starts while the hub is unreachable
+		// must still start its controllers and serve what it holds, and
+		// a discovery call would fail the claims' informer, and with it
+		// the manager.
+		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) {
+			mapper := meta.NewDefaultRESTMapper([]schema.GroupVersion{ipamv1.GroupVersion})
+			mapper.Add(ipamv1.GroupVersion.WithKind("Subnet"), meta.RESTScopeNamespace)
+			return mapper, nil
+		}
 		o.Cache = cache.Options{
 			DefaultNamespaces: map[string]cache.Config{namespace: {}},
 			// Only Subnets are watched; any other read goes around it.

@@ -1,11 +1,17 @@
 package fleet
 
 import (
+	"context"
+	"net"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
 )
@@ -64,5 +70,31 @@ func TestHubNamespaceIsTheContextsNamespace(t *testing.T) {
 	}
 	if got := hubNamespace(kubeconfig(""), "member-a"); got != "member-a" {
 		t.Errorf("without one: %q, want the cluster name member-a", got)
+	}
+}
+
+// A member's manager starts while the hub is unreachable (a restart during
+// a hub outage): the claims' informer is registered without asking the hub
+// anything, not even discovery, so the controller starts and the member
+// serves what it holds. Here the hub is a port nobody listens on.
+func TestHubInformerStartsWhileTheHubIsUnreachable(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := listener.Addr().String()
+	_ = listener.Close()
+	scheme := runtime.NewScheme()
+	if err := ipamv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	hub, err := NewHub(&rest.Config{Host: "https://" + addr, Timeout: time.Second}, "member-a", scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := hub.GetCache().GetInformer(ctx, &ipamv1.Subnet{}, cache.BlockUntilSynced(false)); err != nil {
+		t.Fatalf("the claims' informer with the hub unreachable: %v", err)
 	}
 }
