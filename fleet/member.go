@@ -164,10 +164,12 @@ func (r *MemberReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	st, err := r.claim(ctx, &p, claimKey)
 	st.UID = p.UID
-	r.Ledger.SetDelegation(p.Namespace, p.Name, st)
-	if st.Granted.IsValid() && p.Spec.CIDR == "" {
-		// The grant goes into spec once (durable, as a Subnet's range
-		// does), after the ledger knows the hub granted it.
+	if st.Granted.IsValid() {
+		// The grant goes into the pool before the ledger learns of it:
+		// spec.cidr once (durable, as a Subnet's range is), then the UID
+		// it was granted to. So every status that shows the range,
+		// written once the ledger serves it, is on an object that says
+		// the hub granted it that range (ledger.HoldsGrant).
 		if recordErr := r.record(ctx, &p, st.Granted); recordErr != nil {
 			if !apierrors.IsInvalid(recordErr) && !apierrors.IsForbidden(recordErr) {
 				return reconcile.Result{}, recordErr
@@ -176,10 +178,12 @@ func (r *MemberReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			// root pool): not served, and the pool says why.
 			st = ledger.DelegationState{UID: p.UID, Reason: ipamv1.ReasonDelegationPending,
 				Message: fmt.Sprintf("the hub granted %s, but this cluster refuses to record it: %v", st.Granted, recordErr)}
-			r.Ledger.SetDelegation(p.Namespace, p.Name, st)
 			err = recordErr
+		} else if markErr := r.markGranted(ctx, &p); markErr != nil {
+			return reconcile.Result{}, markErr
 		}
 	}
+	r.Ledger.SetDelegation(p.Namespace, p.Name, st)
 	if condErr := r.setCondition(ctx, &p, st); condErr != nil {
 		return reconcile.Result{}, condErr
 	}
@@ -191,7 +195,7 @@ func (r *MemberReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 func (r *MemberReconciler) claim(ctx context.Context, p *ipamv1.SubnetPool, key types.NamespacedName) (ledger.DelegationState, error) {
 	hctx, cancel := context.WithTimeout(ctx, r.HubTimeout)
 	defer cancel()
-	held := p.Spec.CIDR != "" && p.Status.CIDR == p.Spec.CIDR
+	held := ledger.HoldsGrant(p)
 	var claim ipamv1.Subnet
 	err := r.Hub.GetAPIReader().Get(hctx, key, &claim)
 	switch {
@@ -327,8 +331,12 @@ func (r *MemberReconciler) newClaim(p *ipamv1.SubnetPool, key types.NamespacedNa
 
 // record writes the hub's grant into the pool's spec.cidr, once: a JSON
 // patch that tests the UID and that no cidr is there yet, so it never lands
-// on another object of that name nor overwrites a range.
+// on another object of that name nor overwrites a range. A spec.cidr
+// already there is the grant (claim compared them).
 func (r *MemberReconciler) record(ctx context.Context, p *ipamv1.SubnetPool, granted netip.Prefix) error {
+	if p.Spec.CIDR != "" {
+		return nil
+	}
 	ops := []map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": string(p.UID)},
 		{"op": "add", "path": "/spec/cidr", "value": granted.String()},
@@ -342,6 +350,19 @@ func (r *MemberReconciler) record(ctx context.Context, p *ipamv1.SubnetPool, gra
 	}
 	logf.FromContext(ctx).Info("Recorded the hub's grant in the SubnetPool's spec", "cidr", granted)
 	return nil
+}
+
+// markGranted records on the pool that the hub granted its spec.cidr to
+// this object (its UID). Locked: a stale copy, or another object of the
+// pool's name, gets a conflict and the reconcile is retried; the ledger
+// is told of the grant only after it.
+func (r *MemberReconciler) markGranted(ctx context.Context, p *ipamv1.SubnetPool) error {
+	if p.Annotations[ipamv1.AnnotationGrantedToUID] == string(p.UID) {
+		return nil
+	}
+	before := p.DeepCopy()
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, ipamv1.AnnotationGrantedToUID, string(p.UID))
+	return client.IgnoreNotFound(r.Client.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
 }
 
 // setCondition writes the Delegated condition if it changed. The patch is

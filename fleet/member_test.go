@@ -51,7 +51,9 @@ func TestAClaimDeletedInTheHubStaysWhileThePoolServesIt(t *testing.T) {
 		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.7.0.0/16", Delegation: &ipamv1.PoolDelegation{
 			PoolRef: ipamv1.PoolReference{Namespace: "platform", Name: "plan"}}},
 	}
-	pool.Status.CIDR = pool.Spec.CIDR // it serves its range
+	// It serves its range, granted to this object.
+	pool.Status.CIDR = pool.Spec.CIDR
+	pool.Annotations = map[string]string{ipamv1.AnnotationGrantedToUID: string(pool.UID)}
 	key := types.NamespacedName{Namespace: "member-a", Name: claimName("member-a", client.ObjectKeyFromObject(pool))}
 	if _, err := r.claim(ctx, pool, key); err != nil {
 		t.Fatal(err)

@@ -18,11 +18,15 @@ import (
 // member reconciler has seen the hub grant exactly that range to this
 // pool's claim there (SetDelegation). Until then the pool asks for nothing
 // and holds nothing, whatever its spec says; with the webhooks bypassed
-// too. A range it already holds (status.cidr) it keeps, hub or no hub: a
-// grant is never revoked, and a member keeps serving what it holds while
-// the hub is unreachable or after a restart, before the hub was asked
-// again. The member's own address space still decides as for any root: a
-// hub grant that overlaps a local root waits there (Overlaps), named.
+// too. A range it already holds it keeps, hub or no hub: a grant is never
+// revoked, and a member keeps serving what it holds while the hub is
+// unreachable or after a restart, before the hub was asked again. "Holds"
+// is status.cidr showing spec.cidr on the object the manager saw the hub
+// grant it to (HoldsGrant): a status alone is not a grant, since a backup
+// tool restores it onto a new object whose range the hub may since have
+// granted to another member. The member's own address space still decides
+// as for any root: a hub grant that overlaps a local root waits there
+// (Overlaps), named.
 
 // DelegationState is what the member reconciler knows of a delegated
 // pool's claim in the hub.
@@ -71,13 +75,25 @@ func (b *book) gateDelegation(p *ipamv1.SubnetPool, pl *pool, c *claim) {
 	b.delegatedPools[pl.id] = p // the informer's object, never modified
 	st, known := b.delegations[pl.id]
 	granted := known && st.UID == pl.uid && st.Granted.IsValid() && st.Granted == pl.spec
-	holds := pl.statusCIDR.IsValid() && pl.statusCIDR == pl.spec
-	if granted || holds {
+	if granted || HoldsGrant(p) {
 		return
 	}
 	pl.awaitingHub = true
 	pl.spec = netip.Prefix{}
-	c.requested, c.invalidSpec = netip.Prefix{}, false
+	// A range its status shows is not held either (a restore, a status
+	// written by someone else): its decision carries none, so that the
+	// status stops showing it.
+	c.requested, c.invalidSpec, c.held = netip.Prefix{}, false, netip.Prefix{}
+}
+
+// HoldsGrant reports whether a delegated pool holds the range the hub
+// granted it: its status shows its spec.cidr, and the manager recorded that
+// it saw the hub grant that range to this very object (its UID in
+// AnnotationGrantedToUID). Writing both takes write access to the pool and
+// to its status; a restore copies both onto an object with another UID.
+func HoldsGrant(p *ipamv1.SubnetPool) bool {
+	return p.Spec.CIDR != "" && p.Status.CIDR == p.Spec.CIDR &&
+		p.Annotations[ipamv1.AnnotationGrantedToUID] == string(p.UID)
 }
 
 // forgetDelegation drops what is known of a deleted pool's delegation.

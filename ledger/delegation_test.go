@@ -68,9 +68,11 @@ func TestDelegatedPoolServesOnlyWhatTheHubGranted(t *testing.T) {
 	}
 
 	// What it holds it keeps without the hub's word: a new ledger (a
-	// restart) that sees the grant written in status.
+	// restart) that sees the grant written in status, by this object's
+	// manager (the annotation naming its UID).
 	restarted, _ := newLedger()
 	held := shown(chosen, d)
+	held.Annotations = map[string]string{ipamv1.AnnotationGrantedToUID: string(held.UID)}
 	restarted.ApplyPool(held, Created, nil)
 	if d := decideRoot(t, restarted, held); !d.Ready() || d.CIDR.String() != "10.7.0.0/16" {
 		t.Fatalf("held range after a restart, hub not asked yet: %+v", d)
@@ -80,6 +82,40 @@ func TestDelegatedPoolServesOnlyWhatTheHubGranted(t *testing.T) {
 	restarted.ApplyPool(other, Created, nil)
 	if d := decideRoot(t, restarted, other); d.Ready() {
 		t.Fatalf("not granted after a restart: %+v", d)
+	}
+}
+
+// A status is not a grant: a delegated pool restored by a backup tool with
+// its status (or whose status someone wrote), spec.cidr and status.cidr
+// alike, is served only once the hub grants it that range again. A
+// restore copies the annotation that says the manager saw the grant, but
+// it names the old object's UID.
+func TestDelegatedPoolRestoredWithItsStatusWaitsForTheHub(t *testing.T) {
+	for name, annotations := range map[string]map[string]string{
+		"restored, the old object's grant annotation": {ipamv1.AnnotationGrantedToUID: "uid-of-the-backed-up-object"},
+		"status written, no grant annotation":         nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, _ := newLedger()
+			restored := delegatedRoot("restored", "10.7.0.0/16", 1)
+			restored.Annotations = annotations
+			restored.Status.CIDR = "10.7.0.0/16"
+			l.ApplyPool(restored, Created, nil)
+			// Not served, and the restored range dropped from its status.
+			if d := decideRoot(t, l, restored); d.Ready() || d.CIDR.IsValid() {
+				t.Fatalf("served (or shown) on its status alone, the hub not asked: %+v", d)
+			}
+			// The hub granted the range to another member meanwhile.
+			l.SetDelegation("member", "restored", DelegationState{UID: restored.UID, Reason: ipamv1.ReasonDelegationPending, Message: "the hub refused the claim: overlaps"})
+			if d := decideRoot(t, l, restored); d.Ready() || d.Reason != ipamv1.ReasonDelegationPending {
+				t.Fatalf("served a range the hub refused: %+v", d)
+			}
+			// The hub grants it back: served.
+			l.SetDelegation("member", "restored", DelegationState{UID: restored.UID, Granted: netip.MustParsePrefix("10.7.0.0/16")})
+			if d := decideRoot(t, l, restored); !d.Ready() || d.CIDR.String() != "10.7.0.0/16" {
+				t.Fatalf("granted again by the hub: %+v", d)
+			}
+		})
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -270,14 +271,36 @@ func TestMemberPoolTakesItsRangeFromTheHub(t *testing.T) {
 		})
 
 		// Deleted again, and the range taken in the hub meanwhile: the
-		// restored pool says why it does not get it back.
-		if err := member.c.Delete(ctx, backup.DeepCopy()); err != nil {
+		// restored pool says why it does not get it back. This time the
+		// backup tool restores its status too (and the manager's
+		// annotation, which names the old object): a status is not a
+		// grant, and the pool must not serve what the hub gave away.
+		var served ipamv1.SubnetPool
+		if err := member.c.Get(ctx, client.ObjectKeyFromObject(backup), &served); err != nil {
+			t.Fatal(err)
+		}
+		withStatus := backup.DeepCopy()
+		withStatus.Annotations = served.Annotations
+		withStatus.Status = served.Status
+		if err := member.c.Delete(ctx, &served); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, time.Minute, func() error { return gone(ctx, hub.c, member.c, claimKey) })
 		create(t, hub.c, &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: platform, Name: "taken"},
 			Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Namespace: platform, Name: plan}, CIDR: granted}})
-		create(t, member.c, backup.DeepCopy())
+		restored := withStatus.DeepCopy()
+		create(t, member.c, restored)
+		// As Velero's restoreStatus: the exported status onto the new
+		// object, retried while the manager writes it too.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := member.c.Get(ctx, client.ObjectKeyFromObject(restored), restored); err != nil {
+				return err
+			}
+			restored.Status = withStatus.Status
+			return member.c.Status().Update(ctx, restored)
+		}); err != nil {
+			t.Fatal(err)
+		}
 		waitPool(t, member.c, "pods", func(p *ipamv1.SubnetPool) error {
 			if err := condition(p, ipamv1.ConditionReady, metav1.ConditionFalse, ipamv1.ReasonDelegationPending); err != nil {
 				return err
@@ -313,7 +336,23 @@ func TestMemberServesWhatItHoldsWhileTheHubIsDown(t *testing.T) {
 		t.Fatal("the hub's API server still answers")
 	}
 
+	// The member's manager restarted while the hub is down: what the pool
+	// holds it still serves, before the hub is asked again.
+	restartCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, m := range member.Managers {
+		m.Process.Stop(15 * time.Second)
+		if err := member.StartManager(restartCtx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitSubnetReady(t, member.c, subnet("web", "pods"))
+	if err := member.c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := condition(p, ipamv1.ConditionReady, metav1.ConditionTrue, ipamv1.ReasonAvailable); err != nil {
+		t.Fatalf("after the member's restart, with the hub down: %v", err)
+	}
 	create(t, member.c, delegated("more", ""))
 	waitPool(t, member.c, "more", func(p *ipamv1.SubnetPool) error {
 		if err := condition(p, ipamv1.ConditionReady, metav1.ConditionFalse, ipamv1.ReasonHubUnreachable); err != nil {
@@ -328,8 +367,6 @@ func TestMemberServesWhatItHoldsWhileTheHubIsDown(t *testing.T) {
 		t.Fatalf("a local root pool over the delegated %s: %v, want refused", p.Spec.CIDR, err)
 	}
 
-	restartCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
 	if err := hub.RestartAPIServer(restartCtx); err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,10 @@ package lifecycle
 //	restore-delegated-pool     2    a delegated pool exported (once its grant is recorded, within a bound), deleted,
 //	                                and created again from the export: it asks the hub for that range back; half
 //	                                the time its finalizers are removed first (a cluster lost and restored: the old
-//	                                claim stays in the hub and the restored pool must adopt it)
+//	                                claim stays in the hub and the restored pool must adopt it); half the time its
+//	                                status is restored too (a status is not a grant), and a third of those lost
+//	                                and restored with status find their old claim gone from the hub and the range
+//	                                taken by the other member identity (it must not be served: D2)
 //
 // Hand-overs, SIGKILLs, lag windows, v1alpha1 round trips and status
 // restores hit delegated pools as any other. delegation_checks.go has the
@@ -285,10 +288,19 @@ func (g *generator) makeDelegationOp(kind string, ns *nsPlan) *operation {
 			// nothing uses it (as believed).
 			return g.make(opDeleteHubClaim)
 		}
-		force := g.chance(0.5)
+		op := &delegationOp{force: g.chance(0.5), withStatus: g.chance(0.5)}
+		if op.force && op.withStatus && g.chance(1.0/3) {
+			op.takenBy = fmt.Sprintf("other.network.t%d", g.rng.IntN(4))
+		}
 		return &operation{kind: kind, requests: []*request{{
 			rec:        opRecord{Op: kind, Verb: verbRestoreDelegate, Kind: kindPool, Namespace: ns.name, Name: name},
-			delegation: &delegationOp{force: force},
+			delegation: op,
+			apply: func(*opRecord) {
+				if op.takenBy != "" {
+					// Deleted by a later other-member-claim, if made.
+					g.fleet.otherClaims[op.takenBy] = true
+				}
+			},
 		}}}
 	}
 	return nil
@@ -402,7 +414,12 @@ func (g *generator) otherMemberClaim() *operation {
 
 // delegationOp is a restore-delegated-pool request.
 type delegationOp struct {
-	force bool // remove the pool's finalizers before its delete
+	force      bool // remove the pool's finalizers before its delete
+	withStatus bool // write the exported status after the re-create, as Velero's restoreStatus does
+	// takenBy: while the pool is gone, its claim is removed from the hub
+	// (finalizers too: the hub restored from an older backup) and the other
+	// member identity claims the range, with a claim of this name.
+	takenBy string
 }
 
 // sendDelegation sends a request on a hub claim or a delegated pool's
@@ -482,11 +499,79 @@ func (d *driver) restoreDelegated(ctx context.Context, op *delegationOp, rec *op
 		}
 		sleep(ctx, 50*time.Millisecond)
 	}
+	if op.takenBy != "" && p.Spec.CIDR != "" {
+		taken, err := d.takeDelegatedRange(ctx, &p, op.takenBy)
+		if err != nil {
+			return err
+		}
+		rec.Message += fmt.Sprintf("; %s taken in the hub by %s/%s: %t", p.Spec.CIDR, fleetOtherNamespace, op.takenBy, taken)
+	}
 	if err := d.c.Create(ctx, exported); err != nil {
 		return err
 	}
 	rec.Outcome, rec.RV, rec.UID = outcomeCreated, parseRV(exported.ResourceVersion), exported.UID
+	if op.withStatus {
+		// The status as exported, onto the new object: retried from a
+		// fresh read while the manager writes it too.
+		for attempt := 0; ; attempt++ {
+			restored := exported.DeepCopy()
+			restored.Status = *p.Status.DeepCopy()
+			err := d.c.Status().Update(ctx, restored)
+			if err == nil {
+				rec.Message += "; status restored"
+				restoredStatuses.note(fromPool(restored)) // not the operator's: ops_restore_test.go
+				break
+			}
+			if !apierrors.IsConflict(err) || attempt == 4 {
+				rec.Message += fmt.Sprintf("; status not restored: %v", err)
+				break
+			}
+			if err := d.c.Get(ctx, key, exported); err != nil || exported.UID != rec.UID {
+				rec.Message += "; status not restored: the pool is gone"
+				break
+			}
+		}
+	}
 	return nil
+}
+
+// takeDelegatedRange removes the claim in the hub of the pool p (gone
+// from the member) and has the other member identity claim its range,
+// within a bound. It reports whether that claim was created.
+func (d *driver) takeDelegatedRange(ctx context.Context, p *ipamv1.SubnetPool, name string) (bool, error) {
+	var claims ipamv1.SubnetList
+	if err := d.c.List(ctx, &claims, client.InNamespace(fleetHubNamespace)); err != nil {
+		return false, err
+	}
+	strip := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		if c.Annotations[ipamv1.AnnotationMemberPool] != p.Namespace+"/"+p.Name {
+			continue
+		}
+		if err := d.c.Patch(ctx, c, strip); client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		if err := d.c.Delete(ctx, c); client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+	}
+	taker := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: fleetOtherNamespace, Name: name,
+		Labels:      map[string]string{ipamv1.LabelMemberCluster: "other"},
+		Annotations: map[string]string{ipamv1.AnnotationMemberPool: "network/" + name}},
+		Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Namespace: fleetPlanNamespace, Name: fleetPlanName}, CIDR: p.Spec.CIDR}}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// Refused while the hub's arbiter still sees the old claim.
+		err := d.c.Create(ctx, taker.DeepCopy())
+		if err == nil {
+			return true, nil
+		}
+		if apierrors.IsAlreadyExists(err) || !apierrors.IsInvalid(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return false, nil
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
 }
 
 // lastDelegation is what the delegation checks saw at the last phase end,

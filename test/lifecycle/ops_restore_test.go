@@ -138,12 +138,13 @@ func (l *restoreLog) note(v obj) {
 }
 
 // maskRestoredStatus returns the event as the history's checks judge it:
-// a Subnet version that shows, unchanged, a status the test wrote, shows
-// no status (the test's write is no grant of the operator's); from its
-// first other status on, the versions are the operator's.
+// a Subnet or pool version that shows, unchanged, a status the test wrote
+// (restore-status, restore-delegated-pool), shows no status (the test's
+// write is no grant of the operator's); from its first other status on,
+// the versions are the operator's.
 func maskRestoredStatus(ev event) event {
 	v := &ev.Obj
-	if v.Kind != kindSubnet {
+	if v.Kind != kindSubnet && v.Kind != kindPool {
 		return ev
 	}
 	restoredStatuses.mu.Lock()
