@@ -53,3 +53,35 @@ const (
 	// pool-protection finalizer is gone).
 	FinalizerDelegation = "fleet.ipam.subnet-operator.io/delegation"
 )
+
+// Onboarding members from SIG Multicluster's ClusterProfiles
+// (multicluster.x-k8s.io), in the hub (docs/fleet.md): the manager started
+// with --fleet-cluster-profile-namespace makes each profile's member
+// namespace and its credential's RBAC there.
+const (
+	// LabelClusterProfile, on the objects made for a ClusterProfile (the
+	// member's hub Namespace, its ServiceAccount, Role and RoleBinding),
+	// names the namespace of the ClusterProfiles they were made for; with
+	// LabelMemberCluster (the profile's name, the member cluster's) it
+	// leads back to the profile. A pre-existing Namespace without
+	// LabelMemberCluster naming the profile is never adopted.
+	LabelClusterProfile = "fleet.ipam.subnet-operator.io/cluster-profile"
+
+	// ReasonMemberOnboarded, a Normal Event on a ClusterProfile: the
+	// member's hub namespace, ServiceAccount, Role and RoleBinding were
+	// created or brought back to what they should be.
+	ReasonMemberOnboarded = "MemberOnboarded"
+	// ReasonInvalidClusterName, a Warning Event on a ClusterProfile whose
+	// name cannot name a namespace (not a DNS label) or is reserved
+	// (kube-*): nothing is made for it.
+	ReasonInvalidClusterName = "InvalidClusterName"
+	// ReasonNamespaceConflict, a Warning Event on a ClusterProfile whose
+	// namespace already exists and is not a member namespace of that
+	// cluster (it lacks LabelMemberCluster with the profile's name):
+	// nothing in it is touched.
+	ReasonNamespaceConflict = "NamespaceConflict"
+	// ReasonOnboardingFailed, a Warning Event on a ClusterProfile: making
+	// or restoring the member's ServiceAccount, Role or RoleBinding failed
+	// (the message has the API server's error); retried with back-off.
+	ReasonOnboardingFailed = "OnboardingFailed"
+)

@@ -64,6 +64,7 @@ type flags struct {
 	addressReuseAfter                               time.Duration
 	claimWorkers                                    int
 	hubKubeconfigSecret, clusterName                string
+	clusterProfileNamespace                         string
 }
 
 func parseFlags() (flags, zap.Options) {
@@ -105,6 +106,7 @@ func parseFlags() (flags, zap.Options) {
 	opts := zap.Options{Development: false}
 	flag.StringVar(&f.hubKubeconfigSecret, "hub-kubeconfig-secret", "", "namespace/name of a Secret in this cluster holding the kubeconfig (key \"value\") of a hub cluster: root pools with spec.delegation then take their ranges from the hub's pools (docs/fleet.md). The kubeconfig context's namespace is this member's namespace in the hub (default: --cluster-name). Empty: no fleet.")
 	flag.StringVar(&f.clusterName, "cluster-name", "", "This cluster's identity in the hub (a DNS label): in the names and labels of its claims there. Required with --hub-kubeconfig-secret.")
+	flag.StringVar(&f.clusterProfileNamespace, "fleet-cluster-profile-namespace", "", "In a fleet's hub: the namespace of SIG Multicluster's ClusterProfiles (multicluster.x-k8s.io/v1alpha1); for each profile the manager makes the member's hub namespace, named after it, with a ServiceAccount bound to config/fleet-hub's Role (docs/fleet.md). Needs config/fleet-hub-profiles' RBAC; fails to start if the API server does not serve ClusterProfiles. Empty: off.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	return f, opts
@@ -256,6 +258,9 @@ func run(ctx context.Context, f flags) error {
 	if err := setupFleetMember(ctx, mgr, l, f, scheme); err != nil {
 		return err
 	}
+	if err := setupFleetHubProfiles(mgr, f); err != nil {
+		return err
+	}
 
 	// The certificates' expiry, for the dashboard and the expiry alert. The
 	// metrics server generates its own certificate in memory when no
@@ -315,6 +320,21 @@ func setupFleetMember(ctx context.Context, mgr ctrl.Manager, l *ledger.Ledger, f
 	ctrl.Log.WithName("setup").Info("Taking delegated pools' ranges from the hub", "cluster", f.clusterName, "hubNamespace", hub.Namespace)
 	if err := (&fleet.MemberReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Ledger: l, Hub: hub, ClusterName: f.clusterName}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("fleet member controller: %w", err)
+	}
+	return nil
+}
+
+// setupFleetHubProfiles onboards the hub's members from ClusterProfiles when
+// --fleet-cluster-profile-namespace names their namespace.
+func setupFleetHubProfiles(mgr ctrl.Manager, f flags) error {
+	if f.clusterProfileNamespace == "" {
+		return nil
+	}
+	ctrl.Log.WithName("setup").Info("Onboarding fleet members from ClusterProfiles", "namespace", f.clusterProfileNamespace)
+	if err := (&fleet.ProfileReconciler{
+		Namespace: f.clusterProfileNamespace, Recorder: mgr.GetEventRecorder("subnet-operator-fleet-hub"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("--fleet-cluster-profile-namespace=%s: %w", f.clusterProfileNamespace, err)
 	}
 	return nil
 }
