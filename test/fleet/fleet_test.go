@@ -96,9 +96,15 @@ func start(t *testing.T, opts environment.Options) *cluster {
 // namespace (each member claims from its own).
 func startHub(t *testing.T) *cluster {
 	t.Helper()
-	hub := start(t, environment.Options{})
-	ctx := context.Background()
-	if err := environment.CreateIsolatedNamespace(ctx, hub.c, platform, nil); err != nil {
+	return startHubWith(t, environment.Options{})
+}
+
+// startHubWith starts a hub with opts, and its plan: 10.0.0.0/8 in the
+// platform namespace, open to every namespace.
+func startHubWith(t *testing.T, opts environment.Options) *cluster {
+	t.Helper()
+	hub := start(t, opts)
+	if err := environment.CreateIsolatedNamespace(context.Background(), hub.c, platform, nil); err != nil {
 		t.Fatal(err)
 	}
 	create(t, hub.c, &ipamv1.SubnetPool{

@@ -549,19 +549,3 @@ func TestAMemberOnboardedFromItsClusterProfileIsGranted(t *testing.T) {
 		t.Fatalf("the hub's claim holds %q, the member serves %s", claim.Status.CIDR, p.Spec.CIDR)
 	}
 }
-
-// startHubWith is startHub with options of the test's (startHub's plan:
-// 10.0.0.0/8, open to every namespace).
-func startHubWith(t *testing.T, opts environment.Options) *cluster {
-	t.Helper()
-	hub := start(t, opts)
-	if err := environment.CreateIsolatedNamespace(context.Background(), hub.c, platform, nil); err != nil {
-		t.Fatal(err)
-	}
-	create(t, hub.c, &ipamv1.SubnetPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: platform, Name: plan},
-		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.0.0.0/8", DefaultPrefixLength: ptr.To[int32](16),
-			AllowedNamespaces: &ipamv1.AllowedNamespaces{From: ipamv1.FromAll}},
-	})
-	return hub
-}

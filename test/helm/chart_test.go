@@ -199,6 +199,9 @@ func TestChartRendersTheKustomizeInstall(t *testing.T) {
 		// A fleet member: the two manager flags and the Role that reads the
 		// hub's kubeconfig Secret (config/fleet-member's cluster name).
 		{"default", []string{"fleet-member"}, []string{"fleet.member.enabled=true", "fleet.member.clusterName=member"}},
+		// A hub onboarding members from ClusterProfiles: the manager's flag
+		// and config/fleet-hub-profiles' ClusterRole and binding.
+		{"default", []string{"fleet-hub-profiles"}, []string{"fleet.hub.clusterProfiles.namespace=fleet-system"}},
 	} {
 		t.Run(strings.Join(append([]string{tc.config}, tc.components...), "+"), func(t *testing.T) {
 			want := objects(t, kustomize(t, tc.config, tc.components...))
