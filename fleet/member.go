@@ -165,11 +165,10 @@ func (r *MemberReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	st, err := r.claim(ctx, &p, claimKey)
 	st.UID = p.UID
 	if st.Granted.IsValid() {
-		// The grant goes into the pool before the ledger learns of it:
-		// spec.cidr once (durable, as a Subnet's range is), then the UID
-		// it was granted to. So every status that shows the range,
-		// written once the ledger serves it, is on an object that says
-		// the hub granted it that range (ledger.HoldsGrant).
+		// The grant goes into spec once (durable, as a Subnet's range
+		// is). Once the ledger serves it, the pool's status names this
+		// object (status.grantedToUID), which is what lets it keep the
+		// range without the hub (ledger.HoldsGrant).
 		if recordErr := r.record(ctx, &p, st.Granted); recordErr != nil {
 			if !apierrors.IsInvalid(recordErr) && !apierrors.IsForbidden(recordErr) {
 				return reconcile.Result{}, recordErr
@@ -179,8 +178,6 @@ func (r *MemberReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			st = ledger.DelegationState{UID: p.UID, Reason: ipamv1.ReasonDelegationPending,
 				Message: fmt.Sprintf("the hub granted %s, but this cluster refuses to record it: %v", st.Granted, recordErr)}
 			err = recordErr
-		} else if markErr := r.markGranted(ctx, &p); markErr != nil {
-			return reconcile.Result{}, markErr
 		}
 	}
 	r.Ledger.SetDelegation(p.Namespace, p.Name, st)
@@ -350,19 +347,6 @@ func (r *MemberReconciler) record(ctx context.Context, p *ipamv1.SubnetPool, gra
 	}
 	logf.FromContext(ctx).Info("Recorded the hub's grant in the SubnetPool's spec", "cidr", granted)
 	return nil
-}
-
-// markGranted records on the pool that the hub granted its spec.cidr to
-// this object (its UID). Locked: a stale copy, or another object of the
-// pool's name, gets a conflict and the reconcile is retried; the ledger
-// is told of the grant only after it.
-func (r *MemberReconciler) markGranted(ctx context.Context, p *ipamv1.SubnetPool) error {
-	if p.Annotations[ipamv1.AnnotationGrantedToUID] == string(p.UID) {
-		return nil
-	}
-	before := p.DeepCopy()
-	metav1.SetMetaDataAnnotation(&p.ObjectMeta, ipamv1.AnnotationGrantedToUID, string(p.UID))
-	return client.IgnoreNotFound(r.Client.Patch(ctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
 }
 
 // setCondition writes the Delegated condition if it changed. The patch is

@@ -53,7 +53,7 @@ func TestAClaimDeletedInTheHubStaysWhileThePoolServesIt(t *testing.T) {
 	}
 	// It serves its range, granted to this object.
 	pool.Status.CIDR = pool.Spec.CIDR
-	pool.Annotations = map[string]string{ipamv1.AnnotationGrantedToUID: string(pool.UID)}
+	pool.Status.GrantedToUID = pool.UID
 	key := types.NamespacedName{Namespace: "member-a", Name: claimName("member-a", client.ObjectKeyFromObject(pool))}
 	if _, err := r.claim(ctx, pool, key); err != nil {
 		t.Fatal(err)

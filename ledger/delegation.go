@@ -21,12 +21,17 @@ import (
 // too. A range it already holds it keeps, hub or no hub: a grant is never
 // revoked, and a member keeps serving what it holds while the hub is
 // unreachable or after a restart, before the hub was asked again. "Holds"
-// is status.cidr showing spec.cidr on the object the manager saw the hub
-// grant it to (HoldsGrant): a status alone is not a grant, since a backup
-// tool restores it onto a new object whose range the hub may since have
-// granted to another member. The member's own address space still decides
-// as for any root: a hub grant that overlaps a local root waits there
-// (Overlaps), named.
+// is a status written by this cluster's operator for this very object:
+// status.cidr showing spec.cidr and status.grantedToUID naming the pool's
+// UID (HoldsGrant). A status alone is not a grant: a backup tool restores
+// it onto a new object (another UID) whose range the hub may since have
+// granted to another member. A range a status shows without that proof
+// (a restore, or a pool served by a manager from before grantedToUID) is
+// kept from this cluster's other roots but not served, until the hub
+// grants it: freeing it could let a local root take the range of Subnets
+// carved before. The member's own address space still decides as for any
+// root: a hub grant that overlaps a local root waits there (Overlaps),
+// named.
 
 // DelegationState is what the member reconciler knows of a delegated
 // pool's claim in the hub.
@@ -78,22 +83,19 @@ func (b *book) gateDelegation(p *ipamv1.SubnetPool, pl *pool, c *claim) {
 	if granted || HoldsGrant(p) {
 		return
 	}
+	// Asks for nothing; a range its status shows stays held in the space
+	// (see above), and the decision says it is not served.
 	pl.awaitingHub = true
 	pl.spec = netip.Prefix{}
-	// A range its status shows is not held either (a restore, a status
-	// written by someone else): its decision carries none, so that the
-	// status stops showing it.
-	c.requested, c.invalidSpec, c.held = netip.Prefix{}, false, netip.Prefix{}
+	c.requested, c.invalidSpec = netip.Prefix{}, false
 }
 
 // HoldsGrant reports whether a delegated pool holds the range the hub
-// granted it: its status shows its spec.cidr, and the manager recorded that
-// it saw the hub grant that range to this very object (its UID in
-// AnnotationGrantedToUID). Writing both takes write access to the pool and
-// to its status; a restore copies both onto an object with another UID.
+// granted it: its status, which this cluster's operator writes, shows its
+// spec.cidr served for this very object (status.grantedToUID). A restore
+// copies the status onto an object with another UID.
 func HoldsGrant(p *ipamv1.SubnetPool) bool {
-	return p.Spec.CIDR != "" && p.Status.CIDR == p.Spec.CIDR &&
-		p.Annotations[ipamv1.AnnotationGrantedToUID] == string(p.UID)
+	return p.Spec.CIDR != "" && p.Status.CIDR == p.Spec.CIDR && p.Status.GrantedToUID == p.UID
 }
 
 // forgetDelegation drops what is known of a deleted pool's delegation.
@@ -110,9 +112,13 @@ func (b *book) awaitingHub(p *pool, granted netip.Prefix) Decision {
 		return Decision{Reason: ipamv1.ReasonDelegationPending, CIDR: granted,
 			Message: fmt.Sprintf("the hub granted %s; waiting for it to be recorded in spec.cidr", st.Granted)}
 	}
+	unproven := ""
+	if granted.IsValid() {
+		unproven = fmt.Sprintf("; its status shows %s, which the hub has not granted to this object (a restored status?): kept from this cluster's other root pools, not served", granted)
+	}
 	if st.UID != p.uid || st.Reason == "" {
 		return Decision{Reason: ipamv1.ReasonDelegationPending, CIDR: granted,
-			Message: fmt.Sprintf("waiting for the hub to grant a range to SubnetPool %s (see its %s condition)", p.id, ipamv1.ConditionDelegated)}
+			Message: fmt.Sprintf("waiting for the hub to grant a range to SubnetPool %s (see its %s condition)%s", p.id, ipamv1.ConditionDelegated, unproven)}
 	}
-	return Decision{Reason: st.Reason, CIDR: granted, Message: st.Message}
+	return Decision{Reason: st.Reason, CIDR: granted, Message: st.Message + unproven}
 }

@@ -2,7 +2,10 @@ package ledger
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/utils/ptr"
 
@@ -68,11 +71,10 @@ func TestDelegatedPoolServesOnlyWhatTheHubGranted(t *testing.T) {
 	}
 
 	// What it holds it keeps without the hub's word: a new ledger (a
-	// restart) that sees the grant written in status, by this object's
-	// manager (the annotation naming its UID).
+	// restart) that sees the grant written in status, for this object.
 	restarted, _ := newLedger()
 	held := shown(chosen, d)
-	held.Annotations = map[string]string{ipamv1.AnnotationGrantedToUID: string(held.UID)}
+	held.Status.GrantedToUID = held.UID
 	restarted.ApplyPool(held, Created, nil)
 	if d := decideRoot(t, restarted, held); !d.Ready() || d.CIDR.String() != "10.7.0.0/16" {
 		t.Fatalf("held range after a restart, hub not asked yet: %+v", d)
@@ -86,30 +88,37 @@ func TestDelegatedPoolServesOnlyWhatTheHubGranted(t *testing.T) {
 }
 
 // A status is not a grant: a delegated pool restored by a backup tool with
-// its status (or whose status someone wrote), spec.cidr and status.cidr
-// alike, is served only once the hub grants it that range again. A
-// restore copies the annotation that says the manager saw the grant, but
-// it names the old object's UID.
+// its status (spec.cidr and status.cidr alike, status.grantedToUID naming
+// the backed-up object), or shown by a manager from before grantedToUID,
+// is served only once the hub grants it that range again. Meanwhile the
+// range stays held in the member's space, so that no local root takes the
+// range of Subnets carved from it before, and the decision says so.
 func TestDelegatedPoolRestoredWithItsStatusWaitsForTheHub(t *testing.T) {
-	for name, annotations := range map[string]map[string]string{
-		"restored, the old object's grant annotation": {ipamv1.AnnotationGrantedToUID: "uid-of-the-backed-up-object"},
-		"status written, no grant annotation":         nil,
+	for name, grantedTo := range map[string]types.UID{
+		"restored: the status names the backed-up object": "uid-of-the-backed-up-object",
+		"no proof: shown by an older manager":             "",
 	} {
 		t.Run(name, func(t *testing.T) {
 			l, _ := newLedger()
 			restored := delegatedRoot("restored", "10.7.0.0/16", 1)
-			restored.Annotations = annotations
-			restored.Status.CIDR = "10.7.0.0/16"
+			restored.Status.CIDR, restored.Status.GrantedToUID = "10.7.0.0/16", grantedTo
 			l.ApplyPool(restored, Created, nil)
-			// Not served, and the restored range dropped from its status.
-			if d := decideRoot(t, l, restored); d.Ready() || d.CIDR.IsValid() {
-				t.Fatalf("served (or shown) on its status alone, the hub not asked: %+v", d)
+			d := decideRoot(t, l, restored)
+			if d.Ready() || d.Reason != ipamv1.ReasonDelegationPending || !strings.Contains(d.Message, "not served") {
+				t.Fatalf("served on its status alone, the hub not asked: %+v", d)
 			}
 			// The hub granted the range to another member meanwhile.
-			l.SetDelegation("member", "restored", DelegationState{UID: restored.UID, Reason: ipamv1.ReasonDelegationPending, Message: "the hub refused the claim: overlaps"})
-			if d := decideRoot(t, l, restored); d.Ready() || d.Reason != ipamv1.ReasonDelegationPending {
-				t.Fatalf("served a range the hub refused: %+v", d)
+			l.SetDelegation("member", "restored", DelegationState{UID: restored.UID, Reason: ipamv1.ReasonHubUnreachable, Message: "dial tcp: refused"})
+			if d := decideRoot(t, l, restored); d.Ready() || d.Reason != ipamv1.ReasonHubUnreachable {
+				t.Fatalf("served a range the hub has not granted it: %+v", d)
 			}
+			// Kept from this cluster's other roots meanwhile.
+			local := newRoot("netops", "lab", "10.7.0.0/16", 0)
+			l.ApplyPool(local, Created, nil)
+			if d := decideRoot(t, l, local); d.Ready() {
+				t.Fatalf("a local root over the range a restored delegated pool shows: %+v", d)
+			}
+			l.ApplyPool(local, Deleted, nil)
 			// The hub grants it back: served.
 			l.SetDelegation("member", "restored", DelegationState{UID: restored.UID, Granted: netip.MustParsePrefix("10.7.0.0/16")})
 			if d := decideRoot(t, l, restored); !d.Ready() || d.CIDR.String() != "10.7.0.0/16" {

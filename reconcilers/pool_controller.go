@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -113,7 +114,7 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	figures, _ := r.Ledger.PoolFigures(p.Namespace, p.Name)
 	poolStatusCompute.Observe(time.Since(computeStart).Seconds())
 	readiness := statuscalc.Readiness{Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message, CIDR: d.CIDR,
-		Root: p.Spec.ParentRef == nil, RootOverlaps: d.RootOverlaps}
+		Root: p.Spec.ParentRef == nil, RootOverlaps: d.RootOverlaps, GrantedTo: grantedTo(&p, d)}
 	if d.Ready() {
 		readiness.Status = metav1.ConditionTrue
 	}
@@ -121,6 +122,23 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, nil
+}
+
+// grantedTo is a delegated pool's status.grantedToUID for decision d. The
+// ledger serves a delegated pool's spec.cidr only on the hub's grant to this
+// object or on a hold already proven (ledger.HoldsGrant), so a pool served
+// its spec.cidr names itself. One that is not served keeps what its status
+// names for the range it still shows, a restored status's old UID included.
+func grantedTo(p *ipamv1.SubnetPool, d ledger.Decision) types.UID {
+	switch {
+	case p.Spec.Delegation == nil || p.Spec.ParentRef != nil || !d.CIDR.IsValid():
+		return ""
+	case d.Ready() && d.CIDR.String() == p.Spec.CIDR:
+		return p.UID
+	case d.CIDR.String() == p.Status.CIDR:
+		return p.Status.GrantedToUID
+	}
+	return ""
 }
 
 // reconcileFinalizer adds the pool-protection finalizer, or removes it from

@@ -11,6 +11,7 @@ import (
 	"go4.org/netipx"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
@@ -62,6 +63,9 @@ type Readiness struct {
 	// root pool of its space ("" when it does not).
 	Root         bool
 	RootOverlaps string
+	// GrantedTo is a delegated pool's status.grantedToUID: the UID its
+	// CIDR was served for on the hub's grant ("" for any other pool).
+	GrantedTo types.UID
 }
 
 // Measure fills the figures that come from a pool's free-space map. The map
@@ -337,6 +341,7 @@ func Status(pool *ipamv1.SubnetPool, f Figures, ready Readiness) ipamv1.SubnetPo
 	}
 	if ready.CIDR.IsValid() {
 		st.CIDR = ready.CIDR.String()
+		st.GrantedToUID = ready.GrantedTo
 	}
 
 	if !f.Serving.IsValid() {

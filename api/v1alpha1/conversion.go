@@ -110,6 +110,7 @@ func ConvertSubnetPoolToHub(_ context.Context, src *SubnetPool, dst *v1alpha2.Su
 	dst.Status = v1alpha2.SubnetPoolStatus{
 		ObservedGeneration: s.ObservedGeneration,
 		CIDR:               s.CIDR,
+		GrantedToUID:       s.GrantedToUID,
 		Capacity:           s.Capacity,
 		Reserved:           s.Reserved,
 		Allocated:          s.Allocated,
@@ -152,6 +153,7 @@ func ConvertSubnetPoolFromHub(_ context.Context, src *v1alpha2.SubnetPool, dst *
 		DecidedFor:         foreignReference(src.Namespace, ref),
 		ObservedGeneration: s.ObservedGeneration,
 		CIDR:               s.CIDR,
+		GrantedToUID:       s.GrantedToUID,
 		Capacity:           s.Capacity,
 		Reserved:           s.Reserved,
 		Allocated:          s.Allocated,

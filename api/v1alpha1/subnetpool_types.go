@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // SubnetPoolSpec is the range a pool hands out and the rules for handing it out.
@@ -109,6 +110,10 @@ type SubnetPoolStatus struct {
 	// child pool, granted by the parent. Subnets are carved from this range.
 	// +optional
 	CIDR string `json:"cidr,omitempty"`
+
+	// GrantedToUID: as v1alpha2's status.grantedToUID.
+	// +optional
+	GrantedToUID types.UID `json:"grantedToUID,omitempty"`
 
 	// Capacity is the number of addresses in the served range.
 	// +optional

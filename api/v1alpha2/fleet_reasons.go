@@ -40,14 +40,6 @@ const (
 	// made (a pool restored from a backup has another and adopts the claim).
 	AnnotationMemberPoolUID = "fleet.ipam.subnet-operator.io/member-pool-uid"
 
-	// AnnotationGrantedToUID, on a member's delegated pool, is the UID of
-	// the pool object that its manager saw the hub grant spec.cidr to.
-	// With status.cidr showing that range, it lets the pool keep serving
-	// it across restarts and hub outages; a pool restored from a backup
-	// (another UID) or whose status someone else wrote waits for the hub
-	// instead (ledger/delegation.go).
-	AnnotationGrantedToUID = "fleet.ipam.subnet-operator.io/granted-to-uid"
-
 	// FinalizerDelegation keeps a delegated pool until its claim in the hub
 	// is released, which happens once the pool holds nothing (after the
 	// pool-protection finalizer is gone).

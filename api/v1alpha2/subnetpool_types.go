@@ -2,6 +2,7 @@ package v1alpha2
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // SubnetPoolSpec is the range a pool hands out and the rules for handing it out.
@@ -194,6 +195,14 @@ type SubnetPoolStatus struct {
 	// child pool, granted by the parent. Subnets are carved from this range.
 	// +optional
 	CIDR string `json:"cidr,omitempty"`
+
+	// GrantedToUID, on a delegated root pool, is the UID of the pool object
+	// the member's manager served CIDR for after seeing the hub grant it.
+	// With CIDR equal to spec.cidr it lets the pool keep serving its range
+	// without the hub (restarts, hub outages). A status restored onto a new
+	// object names the old one, and such a pool waits for the hub.
+	// +optional
+	GrantedToUID types.UID `json:"grantedToUID,omitempty"`
 
 	// Capacity is the number of addresses in the served range.
 	// +optional

@@ -315,11 +315,21 @@ func TestMemberPoolTakesItsRangeFromTheHub(t *testing.T) {
 				!strings.Contains(c.Message, "the hub refused the claim") || !strings.Contains(c.Message, "overlaps") {
 				return fmt.Errorf("Delegated does not say the range is taken in the hub: %+v", c)
 			}
-			if p.Status.CIDR != "" {
-				return fmt.Errorf("serves %s", p.Status.CIDR)
+			// The range its status shows is kept from local roots, not
+			// served, and not proven for this object.
+			if p.Status.GrantedToUID == p.UID {
+				return fmt.Errorf("status.grantedToUID names the restored object: %+v", p.Status)
+			}
+			if r := meta.FindStatusCondition(p.Status.Conditions, ipamv1.ConditionReady); !strings.Contains(r.Message, "not served") {
+				return fmt.Errorf("Ready does not say the range shown is not served: %s", r.Message)
 			}
 			return nil
 		})
+		local := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: "network", Name: "local"},
+			Spec: ipamv1.SubnetPoolSpec{CIDR: granted}}
+		if err := member.c.Create(ctx, local); !apierrors.IsInvalid(err) {
+			t.Fatalf("a local root pool over the range a restored delegated pool shows: %v, want refused", err)
+		}
 	})
 }
 
