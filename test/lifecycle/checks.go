@@ -597,16 +597,19 @@ type replayer struct {
 	findings []finding
 	// addr is the state of the Cluster API objects (addresses.go).
 	addr addressReplay
+	// hubGrants are the ranges a claim in the hub was Ready with, by the
+	// member pool UID it was made for (D6, delegation_checks.go).
+	hubGrants map[types.UID]map[string]bool
 
-	events, s1Checks, s1Skipped, s2Checks, s3Checks, s5Checks, s6Checks, q1Checks int
-	s5Across                                                                      int // grants to claims from another namespace than their pool's
+	events, s1Checks, s1Skipped, s2Checks, s3Checks, s5Checks, s6Checks, q1Checks, d6Checks int
+	s5Across                                                                                int // grants to claims from another namespace than their pool's
 }
 
 func newReplayer() *replayer {
 	return &replayer{
 		current: map[string]*obj{}, timelines: map[types.UID]*timeline{}, claims: map[string]map[string]*obj{},
 		claimUIDs: map[string][]types.UID{}, poolVersions: map[string][]*obj{}, deletes: map[string][]deleteMark{},
-		reported: map[string]bool{}, addr: newAddressReplay(),
+		reported: map[string]bool{}, addr: newAddressReplay(), hubGrants: map[types.UID]map[string]bool{},
 	}
 }
 
@@ -646,6 +649,10 @@ func (r *replayer) apply(ev event) {
 		r.checkAllOverlaps() // the gap closed: check what it hid
 	}
 	r.inGap = inGap
+	if isHubClaim(&v) {
+		r.noteHubGrant(&v) // a member's claim in the hub: D6's, nothing else's
+		return
+	}
 
 	k := v.key()
 	old := r.current[k]
@@ -671,6 +678,9 @@ func (r *replayer) apply(ev event) {
 	if v.Kind == kindPool {
 		pk := v.Namespace + "/" + v.Name
 		r.poolVersions[pk] = append(r.poolVersions[pk], &v)
+	}
+	if !inGap && !ev.Relisted {
+		r.checkServedAfterGrant(tl, &v)
 	}
 	r.checkNeverRevoked(tl, &v)
 

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -20,7 +21,8 @@ import (
 // a second member identity's claims, made by the test, are in
 // lifecycle-hub-other. On the settled state:
 //
-//	D1  a delegated pool serves (status.cidr) only its spec.cidr, and only
+//	D1  a delegated pool serves (Ready, status.cidr; a range shown while
+//	    not Ready is kept, not served) only its spec.cidr, and only
 //	    the range its claim in the hub holds (Ready, status.cidr), a claim
 //	    made for that pool (its UID annotation), while it says Delegated;
 //	    or it says DelegationLost (its claim was deleted in the hub and the
@@ -42,6 +44,16 @@ import (
 //	D5  in the hub: no two Ready claims of one pool hold overlapping ranges
 //	    (any member identity), and no claim of this member outlives its
 //	    pool (released once the pool is gone).
+//
+// And on the history, at every version (the hub is this API server, so
+// one resourceVersion orders the member's pools and the hub's claims):
+//
+//	D6  a delegated pool serves a range (Ready, status.cidr) only after a
+//	    claim in the hub made for that pool object (its UID annotation)
+//	    was Ready with that range: no range is served before the hub
+//	    granted it, whatever the settled state comes to. Statuses the test
+//	    wrote (a restore) are masked; versions inside a gap or a relist are
+//	    not judged.
 
 // The hub side (ops_delegation_test.go sets it up).
 const (
@@ -110,7 +122,7 @@ func (r *quiescentReport) checkDelegations(objs []obj, hub []hubClaim, namespace
 		if p.Deleting {
 			continue // L1: it waits for its users, then its claim is released
 		}
-		if served := p.rootHeld(); served.IsValid() {
+		if p.delegatedServes().IsValid() {
 			sum.serving++
 			r.checkServing(p, claim, del, &sum)
 		} else {
@@ -129,6 +141,17 @@ func claimHolds(c *hubClaim) string {
 		return ""
 	}
 	return c.StatusCIDR
+}
+
+// delegatedServes is the range a delegated pool serves: the one its status
+// shows while it is Ready. A range shown while not Ready is kept from the
+// member's other roots but not served (an unproven status, a restore:
+// ledger/delegation.go).
+func (o *obj) delegatedServes() netip.Prefix {
+	if !o.isReady() {
+		return netip.Prefix{}
+	}
+	return o.rootHeld()
 }
 
 // checkServing is D1 and D4 for a delegated pool that serves a range.
@@ -231,10 +254,14 @@ func (r *quiescentReport) checkDelegatedOverlaps(delegated, roots []*obj, hub []
 				r.add("D3", id(a, "overlaps-root/"+string(o.UID)), "delegated pool overlaps a root pool of its address space:\n\t%s\n\t%s", a, o)
 			}
 		}
+		served := a.delegatedServes()
+		if !served.IsValid() {
+			continue // a range kept, not served (an unproven status): D3 above
+		}
 		own := fleetHubNamespace + "/" + hubClaimName(a.Namespace, a.Name)
 		for j := range hub {
 			c := &hub[j]
-			if c.path() == own || c.Ref != fleetPlanNamespace+"/"+fleetPlanName || !parsePrefix(claimHolds(c)).Overlaps(ha) {
+			if c.path() == own || c.Ref != fleetPlanNamespace+"/"+fleetPlanName || !parsePrefix(claimHolds(c)).Overlaps(served) {
 				continue
 			}
 			r.add("D2", id(a, "overlaps-claim/"+string(c.UID)), "delegated pool serves %s, which a Ready claim in the hub of member %q (pool %q) holds (%s):\n\t%s\n\tclaim %s",
@@ -301,4 +328,38 @@ func delegationOf(p *ipamv1.SubnetPool) string {
 		return ""
 	}
 	return p.Spec.Delegation.PoolRef.Namespace + "/" + p.Spec.Delegation.PoolRef.Name
+}
+
+// isHubClaim reports whether v is a Subnet of a hub namespace: a member's
+// claim, recorded for D6 only.
+func isHubClaim(v *obj) bool {
+	return v.Kind == kindSubnet && (v.Namespace == fleetHubNamespace || v.Namespace == fleetOtherNamespace)
+}
+
+// noteHubGrant records the range a claim in the hub is Ready with, for the
+// member pool it was made for (D6).
+func (r *replayer) noteHubGrant(v *obj) {
+	if v.MemberPoolUID == "" || v.StatusCIDR == "" || !v.isReady() {
+		return
+	}
+	if r.hubGrants[v.MemberPoolUID] == nil {
+		r.hubGrants[v.MemberPoolUID] = map[string]bool{}
+	}
+	r.hubGrants[v.MemberPoolUID][v.StatusCIDR] = true
+}
+
+// checkServedAfterGrant is D6 on a delegated pool's version that serves a
+// range its previous version did not.
+func (r *replayer) checkServedAfterGrant(tl *timeline, v *obj) {
+	served := v.delegatedServes()
+	if v.Kind != kindPool || v.Delegation == "" || !served.IsValid() {
+		return
+	}
+	if n := len(tl.versions); n >= 2 && tl.versions[n-2].delegatedServes() == served {
+		return
+	}
+	r.d6Checks++
+	if !r.hubGrants[v.UID][v.StatusCIDR] {
+		r.add("D6", string(v.UID)+"/"+v.StatusCIDR, "delegated pool shows %s at rv %d, before any claim in the hub made for it was Ready with that range: %s", v.StatusCIDR, v.RV, v)
+	}
 }

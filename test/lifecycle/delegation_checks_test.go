@@ -54,6 +54,12 @@ func TestDelegationChecks(t *testing.T) {
 			hub: []hubClaim{hubClaimOf(fleetHubNamespace, fleetCluster, "d0", "10.248.0.0/24")}},
 		{name: "served without a claim", objs: []obj{delegatedPool("d0", "10.248.0.0/24", "10.248.0.0/24", readyAvailable, delegatedTrue)},
 			want: []string{"D1/no-claim"}},
+		{name: "a restored status kept, not served, over another member's claim",
+			objs: []obj{delegatedPool("d0", "10.248.0.0/24", "10.248.0.0/24", pendingReady, pendingDeleg)},
+			hub:  []hubClaim{hubClaimOf(fleetOtherNamespace, "other", "o1", "10.248.0.0/24")}},
+		{name: "a restored status served over another member's claim",
+			objs: []obj{delegatedPool("d0", "10.248.0.0/24", "10.248.0.0/24", readyAvailable, pendingDeleg)},
+			hub:  []hubClaim{hubClaimOf(fleetOtherNamespace, "other", "o1", "10.248.0.0/24")}, want: []string{"D1/no-claim", "D2/overlaps-claim"}},
 		{name: "served, the claim holds another range", objs: []obj{delegatedPool("d0", "10.248.0.0/24", "10.248.0.0/24", readyAvailable, delegatedTrue)},
 			hub: []hubClaim{hubClaimOf(fleetHubNamespace, fleetCluster, "d0", "10.248.1.0/24")}, want: []string{"D1/claim-holds-other"}},
 		{name: "served other than spec", objs: []obj{delegatedPool("d0", "10.248.1.0/24", "10.248.0.0/24", readyAvailable, delegatedTrue)},
@@ -96,6 +102,48 @@ func TestDelegationChecks(t *testing.T) {
 			want := slices.Sorted(slices.Values(tt.want))
 			if !slices.Equal(got, want) {
 				t.Errorf("findings %v, want %v:\n%v", got, want, r.findings)
+			}
+		})
+	}
+}
+
+// D6 on histories: a delegated pool's status shows a range only after a
+// hub claim made for that pool object was Ready with it.
+func TestDelegatedPoolServedOnlyAfterTheHubGranted(t *testing.T) {
+	waiting := delegatedPool("d0", "10.248.0.0/24", "", pendingReady, pendingDeleg)
+	served := delegatedPool("d0", "10.248.0.0/24", "10.248.0.0/24", readyAvailable, delegatedTrue)
+	claim := hubClaimOf(fleetHubNamespace, fleetCluster, "d0", "").obj
+	claim.MemberPoolUID = served.UID
+	granted := claim
+	granted.StatusCIDR, granted.Conditions = "10.248.0.0/24", []metav1.Condition{cond(ipamv1.ConditionReady, metav1.ConditionTrue, ipamv1.ReasonAllocated)}
+	forAnother := granted
+	forAnother.MemberPoolUID = "uid-of-an-earlier-object"
+	otherRange := granted
+	otherRange.StatusCIDR = "10.248.1.0/24"
+	for _, tt := range []struct {
+		name   string
+		events []event
+		want   []string
+	}{
+		{name: "granted, then served", events: []event{added(waiting.at(1)), added(claim.at(2)), modified(granted.at(3)), modified(served.at(4))}},
+		{name: "served before the grant", events: []event{added(waiting.at(1)), added(claim.at(2)), modified(served.at(3)), modified(granted.at(4))},
+			want: []string{"D6"}},
+		{name: "served on a claim made for another object", events: []event{added(forAnother.at(1)), added(waiting.at(2)), modified(served.at(3))},
+			want: []string{"D6"}},
+		{name: "served on a grant of another range", events: []event{added(otherRange.at(1)), added(waiting.at(2)), modified(served.at(3))},
+			want: []string{"D6"}},
+		{name: "served without a claim", events: []event{added(served.at(1))}, want: []string{"D6"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := replay(tt.events...)
+			var got []string
+			for _, c := range checksOf(r.findings) {
+				if strings.HasPrefix(c, "D") {
+					got = append(got, c)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("checks %v, want %v; findings %v", got, tt.want, r.findings)
 			}
 		})
 	}

@@ -224,12 +224,17 @@ func metaOf(o any) (metav1.Object, error) {
 func (r *recorder) record(kind, typ string, o obj) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.namespaces[o.Namespace] {
+	// The members' claims in the hub namespaces are replayed too, for D6
+	// only: they are not the test's objects, and not in its state.
+	ours, hub := r.namespaces[o.Namespace], isHubClaim(&o)
+	if ours || hub {
 		if o.RV <= r.cut {
 			r.problems = append(r.problems, fmt.Sprintf("%s event at rv %d arrived after the history was cut at %d: %s", typ, o.RV, r.cut, &o))
 		}
 		r.last = time.Now()
 		r.events[kind] = append(r.events[kind], event{Type: typ, Obj: o, Received: r.last})
+	}
+	if ours {
 		if typ == string(watch.Deleted) {
 			delete(r.state[kind], o.key())
 		} else {

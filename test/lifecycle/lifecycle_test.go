@@ -435,7 +435,7 @@ func summary(seed uint64, records []*opRecord, l *lifecycle, wall time.Duration)
 	fmt.Fprintf(&b, "  checks: S1 %d (%d skipped in watch gaps), S2 %d, S3 %d, S5 %d (%d grants across namespaces), Q1 %d grants under per-namespace caps, S6 %d root pool grants, S4 %d explicit creates judged (%d pairs skipped: a deletion and the claim may both have been undelivered), %d not judged (%s), L1-L7 %d objects checked at quiescence\n",
 		rep.s1Checks, rep.s1Skipped, rep.s2Checks, rep.s3Checks, rep.s5Checks, rep.s5Across, rep.q1Checks, rep.s6Checks, adm.checked, adm.pairsSkipped, skippedN, strings.Join(skipped, "; "), l.lchecks)
 	fmt.Fprintf(&b, "  addresses: %s\n", addressSummary(records, rep))
-	fmt.Fprintf(&b, "  delegation: %s\n", lastDelegation)
+	fmt.Fprintf(&b, "  delegation: %s; D6 %d delegated pools' ranges judged against the hub's grants before them\n", lastDelegation, rep.d6Checks)
 	fmt.Fprintf(&b, "  edges: %d lag windows; %s\n", d.lagWindows, edgeSummary(records, rep))
 	fmt.Fprintf(&b, "  grandfathered claims seen (held outside their pool's range or on its reserved ranges): %d\n", len(rpt.grandfathered))
 	for _, uid := range slices.Sorted(maps.Keys(rpt.grandfathered)) {

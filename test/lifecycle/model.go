@@ -122,6 +122,9 @@ type obj struct {
 	WrittenBy string
 	// AddressRef is a claim's status.addressRef.name.
 	AddressRef string
+	// MemberPoolUID is a hub claim's member pool UID annotation
+	// (delegation_checks.go); "" on any other Subnet.
+	MemberPoolUID types.UID
 }
 
 func fromSubnet(s *ipamv1.Subnet) obj {
@@ -133,6 +136,7 @@ func fromSubnet(s *ipamv1.Subnet) obj {
 		Conditions: slices.Clone(s.Status.Conditions),
 		Finalizers: slices.Clone(s.Finalizers), Created: s.CreationTimestamp.Time, DeletedAt: timeOf(s.DeletionTimestamp),
 		Gateway: s.Spec.Gateway, StatusGateway: s.Status.Gateway, IPAddresses: s.Status.IPAddresses.DeepCopy(),
+		MemberPoolUID: types.UID(s.Annotations[ipamv1.AnnotationMemberPoolUID]),
 	}
 }
 
