@@ -42,15 +42,11 @@ type SecretMount struct{ Secret, Path string }
 // cannot reproduce (an environment variable from a field or resource, a
 // volume that is not a Secret) is an error, not silently dropped.
 func ManagerPod(manifests []byte) (*Pod, error) {
-	dec := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifests)))
-	for {
-		doc, err := dec.Read()
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("no Deployment with a container named manager in the manifests")
-		}
-		if err != nil {
-			return nil, err
-		}
+	docs, err := Documents(manifests)
+	if err != nil {
+		return nil, err
+	}
+	for _, doc := range docs {
 		var meta struct{ Kind string }
 		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind != "Deployment" {
 			continue
@@ -65,6 +61,7 @@ func ManagerPod(manifests []byte) (*Pod, error) {
 			}
 		}
 	}
+	return nil, errors.New("no Deployment with a container named manager in the manifests")
 }
 
 func podOf(d *appsv1.Deployment, c *corev1.Container) (*Pod, error) {
@@ -183,4 +180,20 @@ func nonRootUser(user string) bool {
 	uid, _, _ := strings.Cut(user, ":")
 	n, err := strconv.ParseInt(uid, 10, 64)
 	return err == nil && n != 0
+}
+
+// Documents splits multi-document YAML into its documents.
+func Documents(manifests []byte) ([][]byte, error) {
+	var docs [][]byte
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifests)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, doc)
+	}
 }

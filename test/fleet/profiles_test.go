@@ -3,16 +3,13 @@
 package fleet
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -120,17 +117,13 @@ func installHubRBAC(t *testing.T, cp *controlplane.ControlPlane) []string {
 	if err != nil {
 		t.Fatalf("config/default + config/fleet-hub-profiles: %v", err)
 	}
+	docs, err := environment.Documents([]byte(rendered))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var keep [][]byte
 	var args []string
-	docs := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(rendered)))
-	for {
-		doc, err := docs.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, doc := range docs {
 		var o unstructured.Unstructured
 		if err := utilyaml.Unmarshal(doc, &o.Object); err != nil {
 			t.Fatal(err)
