@@ -386,6 +386,17 @@ func (r *MemberReconciler) release(ctx context.Context, p *ipamv1.SubnetPool, ke
 	if !controllerutil.ContainsFinalizer(p, ipamv1.FinalizerDelegation) || controllerutil.ContainsFinalizer(p, ipamv1.FinalizerPoolProtection) {
 		return nil // in use: its update when that finalizer goes requeues it
 	}
+	// The pool-protection finalizer is a tenant's to remove too: the
+	// ledger, not the finalizer, says whether Subnets or child pools still
+	// hold ranges of the pool. Released while they do, the range could be
+	// granted to another member. Retried with back-off: nothing of the
+	// pool's own changes when its last user goes.
+	if !r.Ledger.Synced() {
+		return errors.New("waiting for the ledger to sync before releasing the claim in the hub")
+	}
+	if _, subnets, children := r.Ledger.Users(p.Namespace, p.Name, 0); subnets+children > 0 {
+		return fmt.Errorf("%d Subnets and %d child pools still use the pool: its claim in the hub (Subnet %s) is kept until they are gone", subnets, children, key)
+	}
 	hctx, cancel := context.WithTimeout(ctx, r.HubTimeout)
 	defer cancel()
 	var claim ipamv1.Subnet

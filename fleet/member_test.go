@@ -45,7 +45,9 @@ func newFakeHub(t *testing.T, objs ...client.Object) client.Client {
 func TestAClaimDeletedInTheHubStaysWhileThePoolServesIt(t *testing.T) {
 	ctx := context.Background()
 	hubClient := newFakeHub(t)
-	r := &MemberReconciler{Hub: &Hub{Cluster: fakeHub{c: hubClient}, Namespace: "member-a"}, ClusterName: "member-a", HubTimeout: 10e9}
+	synced := ledger.New() // knows no Subnet of the pool: nothing uses it
+	synced.MarkSynced()
+	r := &MemberReconciler{Hub: &Hub{Cluster: fakeHub{c: hubClient}, Namespace: "member-a"}, ClusterName: "member-a", HubTimeout: 10e9, Ledger: synced}
 	pool := &ipamv1.SubnetPool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "network", Name: "pods", UID: "pool-uid"},
 		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.7.0.0/16", Delegation: &ipamv1.PoolDelegation{

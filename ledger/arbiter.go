@@ -39,6 +39,13 @@ func (d Decision) Ready() bool {
 	return d.Reason == ipamv1.ReasonAllocated || d.Reason == ipamv1.ReasonAvailable
 }
 
+// Serves reports whether a pool's decision serves its range: Ready, or
+// ClaimsOutside (serving, while claims granted before its last change
+// break its rules).
+func (d Decision) Serves() bool {
+	return d.Ready() || d.Reason == ipamv1.ReasonClaimsOutside
+}
+
 // The arbiter's rules, which keep any two Ready claims from overlapping,
 // all applied under the ledger's decision lock:
 //   - a range once held is never taken away;

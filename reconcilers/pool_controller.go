@@ -127,13 +127,13 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 // grantedTo is a delegated pool's status.grantedToUID for decision d. The
 // ledger serves a delegated pool's spec.cidr only on the hub's grant to this
 // object or on a hold already proven (ledger.HoldsGrant), so a pool served
-// its spec.cidr names itself. One that is not served keeps what its status
+// its spec.cidr (Ready, or ClaimsOutside: serving) names itself. One that is not served keeps what its status
 // names for the range it still shows, a restored status's old UID included.
 func grantedTo(p *ipamv1.SubnetPool, d ledger.Decision) types.UID {
 	switch {
 	case p.Spec.Delegation == nil || p.Spec.ParentRef != nil || !d.CIDR.IsValid():
 		return ""
-	case d.Ready() && d.CIDR.String() == p.Spec.CIDR:
+	case d.Serves() && d.CIDR.String() == p.Spec.CIDR:
 		return p.UID
 	case d.CIDR.String() == p.Status.CIDR:
 		return p.Status.GrantedToUID

@@ -144,11 +144,11 @@ func claimHolds(c *hubClaim) string {
 }
 
 // delegatedServes is the range a delegated pool serves: the one its status
-// shows while it is Ready. A range shown while not Ready is kept from the
-// member's other roots but not served (an unproven status, a restore:
-// ledger/delegation.go).
+// shows while it is Ready (or ClaimsOutside, which serves). A range shown
+// otherwise is kept from the member's other roots but not served (an
+// unproven status, a restore: ledger/delegation.go).
 func (o *obj) delegatedServes() netip.Prefix {
-	if !o.isReady() {
+	if !o.isReady() && o.readyReason() != ipamv1.ReasonClaimsOutside {
 		return netip.Prefix{}
 	}
 	return o.rootHeld()
