@@ -17,7 +17,7 @@ import (
 // arbiter asks the pool's address space for spec.cidr only once the fleet's
 // member reconciler has seen the hub grant exactly that range to this
 // pool's claim there (SetDelegation). Until then the pool asks for nothing
-// and holds nothing, whatever its spec says; with the webhooks bypassed
+// and serves nothing, whatever its spec says; with the webhooks bypassed
 // too. A range it already holds it keeps, hub or no hub: a grant is never
 // revoked, and a member keeps serving what it holds while the hub is
 // unreachable or after a restart, before the hub was asked again. "Holds"

@@ -127,8 +127,9 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 // grantedTo is a delegated pool's status.grantedToUID for decision d. The
 // ledger serves a delegated pool's spec.cidr only on the hub's grant to this
 // object or on a hold already proven (ledger.HoldsGrant), so a pool served
-// its spec.cidr (Ready, or ClaimsOutside: serving) names itself. One that is not served keeps what its status
-// names for the range it still shows, a restored status's old UID included.
+// its spec.cidr (Decision.Serves) names itself. One that is not served
+// keeps what its status names for the range it still shows, a restored
+// status's old UID included.
 func grantedTo(p *ipamv1.SubnetPool, d ledger.Decision) types.UID {
 	switch {
 	case p.Spec.Delegation == nil || p.Spec.ParentRef != nil || !d.CIDR.IsValid():
