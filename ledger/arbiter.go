@@ -203,16 +203,18 @@ func (b *book) decidePool(s *slot) (Decision, []claimID) {
 	// Every decision carries the range the pool was granted, so that no
 	// status write erases a grant its claims depend on.
 	granted := c.holds()
+	if p.deleting {
+		// First, a delegated pool waiting for the hub included: what a
+		// pool being deleted waits for is its users.
+		subnets, children := b.users(s)
+		return Decision{Reason: ipamv1.ReasonTerminating, CIDR: granted,
+			Message: fmt.Sprintf("being deleted; waiting for %d Subnets and %d child pools that use it to be deleted", subnets, children)}, nil
+	}
 	if p.awaitingHub {
 		return b.awaitingHub(p, granted), nil
 	}
 	if !p.spec.IsValid() {
 		return Decision{Reason: ipamv1.ReasonInvalidSpec, CIDR: granted, Message: "spec.cidr is not a canonical CIDR"}, nil
-	}
-	if p.deleting {
-		subnets, children := b.users(s)
-		return Decision{Reason: ipamv1.ReasonTerminating, CIDR: granted,
-			Message: fmt.Sprintf("being deleted; waiting for %d Subnets and %d child pools that use it to be deleted", subnets, children)}, nil
 	}
 	if p.parent != "" {
 		if chain := b.cycle(p.id); chain != "" {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/utils/ptr"
@@ -154,4 +155,27 @@ func TestDelegatedPoolServesAnIPv6Grant(t *testing.T) {
 	if d := decideRoot(t, l, local); !d.Ready() {
 		t.Fatalf("an IPv4 root after a delegated IPv6 pool: %+v", d)
 	}
+}
+
+// A delegated pool the hub has not granted, deleted while a Subnet still
+// names it (created as the delete was admitted), says it is Terminating and
+// what it waits for, not the hub's state (found by the lifecycle checker,
+// L4).
+func TestADelegatedPoolBeingDeletedSaysTerminating(t *testing.T) {
+	l, _ := newLedger()
+	p := delegatedRoot("pods", "10.7.0.0/16", 1)
+	l.ApplyPool(p, Created, nil)
+	l.ApplySubnet(memberSubnetOf("web", "pods"), Created, nil)
+	deleting := p.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	l.ApplyPool(deleting, Updated, p)
+	if d := decideRoot(t, l, deleting); d.Reason != ipamv1.ReasonTerminating || !strings.Contains(d.Message, "1 Subnets") {
+		t.Fatalf("a delegated pool being deleted, used by a Subnet: %+v", d)
+	}
+}
+
+// memberSubnetOf is a Subnet of the member namespace asking pool for a /24.
+func memberSubnetOf(name, pool string) *ipamv1.Subnet {
+	return &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "member", Name: name, UID: types.UID("uid-member-" + name), CreationTimestamp: metav1.NewTime(t0)},
+		Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: pool}, PrefixLength: ptr.To[int32](24)}}
 }
