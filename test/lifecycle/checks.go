@@ -790,17 +790,23 @@ func (r *replayer) checkNeverRevoked(tl *timeline, v *obj) {
 		if !slices.Contains(tl.specs, v.CIDR) {
 			tl.specs = append(tl.specs, v.CIDR)
 		}
+		granted := v.StatusCIDR
+		if v.Delegation != "" && !tl.statusSet && !v.delegatedServes().IsValid() {
+			// A delegated pool's range shown before it ever served it is
+			// kept, not granted (an unproven status: D1, D6).
+			granted = ""
+		}
 		switch {
 		case v.StatusCIDR == "" && tl.statusSet:
 			r.add("S2", string(v.UID)+"/cleared", "pool's granted range was withdrawn (status.cidr cleared) at rv %d: %s", v.RV, v)
 		case v.StatusCIDR != "" && !slices.Contains(tl.specs, v.StatusCIDR):
 			r.add("S2", string(v.UID)+"/"+v.StatusCIDR, "pool serves %s at rv %d, a range it never asked for (spec.cidr so far: %v): %s", v.StatusCIDR, v.RV, tl.specs, v)
 		}
-		if v.StatusCIDR != "" && !tl.statusSet && v.Ref != "" {
+		if granted != "" && !tl.statusSet && v.Ref != "" {
 			r.checkConsent(v)
 			r.checkQuota(v, tl)
 		}
-		tl.statusSet = tl.statusSet || v.StatusCIDR != ""
+		tl.statusSet = tl.statusSet || granted != ""
 		return
 	}
 	if tl.readyAt != 0 {

@@ -148,3 +148,28 @@ func TestDelegatedPoolServedOnlyAfterTheHubGranted(t *testing.T) {
 		})
 	}
 }
+
+// S2 on a delegated pool: a range its status shows before it ever served
+// it (a restored status, kept but not served) is no grant, and dropping it
+// is no withdrawal; a range it served is one.
+func TestAKeptRangeIsNoGrant(t *testing.T) {
+	kept := delegatedPool("d0", "10.248.0.0/24", "10.248.0.0/24", pendingReady, pendingDeleg)
+	dropped := delegatedPool("d0", "10.248.0.0/24", "", pendingReady, pendingDeleg)
+	served := delegatedPool("d0", "10.248.0.0/24", "10.248.0.0/24", readyAvailable, delegatedTrue)
+	claim := hubClaimOf(fleetHubNamespace, fleetCluster, "d0", "10.248.0.0/24").obj
+	claim.MemberPoolUID = served.UID
+	for _, tt := range []struct {
+		name   string
+		events []event
+		want   []string
+	}{
+		{name: "kept, then dropped", events: []event{added(kept.at(1)), modified(dropped.at(2))}},
+		{name: "served, then dropped", events: []event{added(claim.at(1)), added(served.at(2)), modified(dropped.at(3))}, want: []string{"S2"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := checksOf(replay(tt.events...).findings); !slices.Equal(got, tt.want) {
+				t.Errorf("checks %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
