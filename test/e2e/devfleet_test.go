@@ -146,8 +146,9 @@ func startDevFleet(t *testing.T, bin, manager, dir string) (*exec.Cmd, func() st
 	}
 	var mu sync.Mutex
 	var printed strings.Builder
-	ready := make(chan struct{})
+	ready, ended := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(ended) // stdout closed: the program exited
 		scan := bufio.NewScanner(stdout)
 		for scan.Scan() {
 			mu.Lock()
@@ -161,6 +162,9 @@ func startDevFleet(t *testing.T, bin, manager, dir string) (*exec.Cmd, func() st
 	// Three control planes on a shared machine: more time than make dev's one.
 	select {
 	case <-ready:
+	case <-ended:
+		_ = cmd.Wait()
+		t.Fatalf("make dev-fleet exited before it printed ready (%v); it says why above", cmd.ProcessState)
 	case <-time.After(8 * time.Minute):
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

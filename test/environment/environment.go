@@ -460,7 +460,7 @@ func (m *Manager) WaitReady(ctx context.Context, timeout time.Duration) error {
 		}
 		select {
 		case <-m.Process.Exited():
-			return fmt.Errorf("%s exited: %w", m.Name, m.Process.Err())
+			return fmt.Errorf("%s exited: %w; its last error: %s", m.Name, m.Process.Err(), lastError(m.Log()))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -469,6 +469,28 @@ func (m *Manager) WaitReady(ctx context.Context, timeout time.Duration) error {
 			return fmt.Errorf("%s not ready after %s", m.Name, timeout)
 		}
 	}
+}
+
+// lastError returns the last line of a manager's log that logs an error
+// (its "Manager stopped" line says why it exited), or its last line: what a
+// start that failed in CI must print, where the log files are gone.
+func lastError(log []byte) string {
+	lines := bytes.Split(bytes.TrimSpace(log), []byte("\n"))
+	last := lines[len(lines)-1]
+	for i := len(lines) - 1; i >= 0; i-- {
+		if bytes.Contains(lines[i], []byte(`"level":"error"`)) {
+			last = lines[i]
+			break
+		}
+	}
+	if len(last) == 0 {
+		return "(it logged nothing)"
+	}
+	const most = 2000
+	if len(last) > most {
+		last = append(last[:most:most], "..."...)
+	}
+	return string(last)
 }
 
 // waitCAInjected waits until cainjector has put the CA in both webhook
