@@ -32,6 +32,11 @@ type Decision struct {
 	// pools of its address space overlap it (granted before the arbiter
 	// kept them apart); empty when none do.
 	RootOverlaps string
+	// PoolVersion, for a pool, is the resourceVersion of the pool the
+	// ledger decided on. A status is written from the decision only onto
+	// that version: one the ledger has not applied yet may show a status
+	// (a restore's) the decision would erase.
+	PoolVersion string
 }
 
 // Ready reports whether the decision makes the claim Ready.
@@ -188,6 +193,7 @@ func (l *Ledger) DecidePool(namespace, name string, uid types.UID) (Decision, bo
 		return Decision{}, false
 	}
 	d, wake := l.b.decidePool(s)
+	d.PoolVersion = s.pool.rv
 	l.mu.Unlock()
 	l.publishWake(wake)
 	return d, true

@@ -41,7 +41,8 @@ import (
 // status once per reconcile and only when it changed.
 type PoolStatusReconciler struct {
 	Client client.Client
-	// APIReader reads around the cache on a write conflict.
+	// APIReader reads around the cache on a write conflict of a finalizer
+	// and lists a pool's Subnets when it is deleted.
 	APIReader client.Reader
 	Ledger    *ledger.Ledger
 	Recorder  recorder.EventRecorder
@@ -99,6 +100,7 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	cachedVersion := p.ResourceVersion
 	if own, ok := r.written.newer(&p); ok {
 		p = *own
 	}
@@ -111,6 +113,15 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	if !known {
 		return reconcile.Result{}, nil // the ledger's event for it will requeue it
 	}
+	if d.PoolVersion != cachedVersion && d.PoolVersion != p.ResourceVersion {
+		// The ledger is one of the informer's handlers, called after the
+		// cache is updated: it has not applied the version read here. A
+		// status from its older view would erase what that version shows
+		// (a restored status's range, which the pool must keep); the
+		// optimistic lock cannot tell, as the write is based on the newest
+		// object.
+		return reconcile.Result{RequeueAfter: newerVersionRetry}, nil
+	}
 	figures, _ := r.Ledger.PoolFigures(p.Namespace, p.Name)
 	poolStatusCompute.Observe(time.Since(computeStart).Seconds())
 	readiness := statuscalc.Readiness{Status: metav1.ConditionFalse, Reason: d.Reason, Message: d.Message, CIDR: d.CIDR,
@@ -118,11 +129,18 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	if d.Ready() {
 		readiness.Status = metav1.ConditionTrue
 	}
-	if err := r.writeStatus(ctx, &p, figures, readiness); err != nil {
-		return reconcile.Result{}, err
+	if written, err := r.writeStatus(ctx, &p, figures, readiness); err != nil || !written {
+		return reconcile.Result{RequeueAfter: newerVersionRetry}, err
 	}
 	return reconcile.Result{}, nil
 }
+
+// newerVersionRetry is when a pool whose status was not written because a
+// newer version exists (the ledger has not applied it, or another writer's
+// landed first) is looked at again. The ledger's event for that version
+// usually requeues it first; one that changes only metadata does not
+// (poolEvents), and this retry is for that.
+const newerVersionRetry = time.Second
 
 // grantedTo is a delegated pool's status.grantedToUID for decision d. The
 // ledger serves a delegated pool's spec.cidr only on the hub's grant to this
@@ -245,46 +263,38 @@ func (r *PoolStatusReconciler) patchFinalizers(ctx context.Context, p *ipamv1.Su
 	return err
 }
 
-// writeStatus computes the status and patches it if it changed, retrying
-// on conflict from a fresh read: another client may write the status too,
-// and the controller converges on what the ledger says.
-func (r *PoolStatusReconciler) writeStatus(ctx context.Context, p *ipamv1.SubnetPool, figures statuscalc.Figures, readiness statuscalc.Readiness) error {
-	current := p
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		status := statuscalc.Status(current, figures, readiness)
-		if equality.Semantic.DeepEqual(current.Status, status) {
-			return nil
-		}
-		before := current.DeepCopy()
-		current.Status = status
-		wctx, cancel := writeContext(ctx)
-		defer cancel()
-		err := r.Client.Status().Patch(wctx, current, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-		switch {
-		case err == nil:
-			statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "success").Inc()
-			noteStatusWritten(ledger.Object{Namespace: current.Namespace, Name: current.Name})
-			r.written.record(current)
-			r.recordTransitions(before, current)
-			return nil
-		case apierrors.IsConflict(err):
-			statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "conflict").Inc()
-			fresh := &ipamv1.SubnetPool{}
-			if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(current), fresh); getErr != nil {
-				return client.IgnoreNotFound(getErr)
-			}
-			if fresh.UID != p.UID || fresh.Generation != p.Generation {
-				// Deleted and created again, or its spec changed: the
-				// figures are not for that object; its event requeues it.
-				return nil
-			}
-			current = fresh
-			return err
-		default:
-			statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "error").Inc()
-			return client.IgnoreNotFound(err)
-		}
-	})
+// writeStatus writes p's status for the ledger's figures and readiness,
+// on the condition that p is still the stored version (an optimistic
+// lock). On a conflict it stops: another writer's newer version carries
+// facts (a restored status, a new spec) the decision did not see, so a
+// retry with the same decision could undo them. written is false then.
+func (r *PoolStatusReconciler) writeStatus(ctx context.Context, p *ipamv1.SubnetPool, figures statuscalc.Figures, readiness statuscalc.Readiness) (written bool, err error) {
+	status := statuscalc.Status(p, figures, readiness)
+	if equality.Semantic.DeepEqual(p.Status, status) {
+		return true, nil
+	}
+	before := p.DeepCopy()
+	p.Status = status
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	err = r.Client.Status().Patch(wctx, p, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case err == nil:
+		statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "success").Inc()
+		noteStatusWritten(ledger.Object{Namespace: p.Namespace, Name: p.Name})
+		r.written.record(p)
+		r.recordTransitions(before, p)
+		return true, nil
+	case apierrors.IsConflict(err):
+		statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "conflict").Inc()
+		return false, nil
+	case apierrors.IsNotFound(err):
+		statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "error").Inc()
+		return true, nil // gone: nothing to write to
+	default:
+		statusWrites.WithLabelValues(statuscalc.KindSubnetPool, "error").Inc()
+		return false, err
+	}
 }
 
 // recordTransitions emits events when a pool becomes exhausted or starts
