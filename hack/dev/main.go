@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,7 +63,7 @@ func run(dir, manager string) error {
 		return err
 	}
 	pidFile := filepath.Join(dir, "pids")
-	if err := cleanUpPreviousRun(dir, pidFile); err != nil {
+	if err := environment.CleanUpPreviousRun(dir, pidFile); err != nil {
 		return err
 	}
 	manager, err = filepath.Abs(manager)
@@ -271,37 +270,4 @@ func (f *pidRecord) write() error {
 		return err
 	}
 	return os.Rename(tmp, f.path)
-}
-
-// cleanUpPreviousRun stops what a crashed run left behind (its process
-// groups, recorded in the pid file, if they still use our state directory:
-// every process of the environment names a file in it on its command line,
-// so a pid reused by an unrelated process is left alone) and starts from a
-// clean state directory.
-func cleanUpPreviousRun(dir, pidFile string) error {
-	if data, err := os.ReadFile(pidFile); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			fields := strings.Fields(line) // pid name
-			if len(fields) == 0 {
-				continue
-			}
-			pid, err := strconv.Atoi(fields[0])
-			if err != nil || pid <= 1 {
-				continue
-			}
-			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if err != nil || !bytes.Contains(cmdline, []byte(dir)) {
-				continue // gone, or not ours
-			}
-			fmt.Printf("Stopping process %d left by a previous run\n", pid)
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	// A fresh cluster each time: a crashed etcd or half-written state is
-	// not worth recovering in a development environment.
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	return os.MkdirAll(dir, 0o755)
 }

@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,7 +60,7 @@ func run(dir, manager string) error {
 		return err
 	}
 	pidFile := filepath.Join(dir, "pids")
-	if err := cleanUpPreviousRun(dir, pidFile); err != nil {
+	if err := environment.CleanUpPreviousRun(dir, pidFile); err != nil {
 		return err
 	}
 	if manager, err = filepath.Abs(manager); err != nil {
@@ -240,30 +239,4 @@ func exited(envs []*environment.Environment) <-chan struct{} {
 		}
 	}
 	return ch
-}
-
-// cleanUpPreviousRun stops what a crashed run left behind (its process
-// groups, recorded in the pid file, if they still use our state directory:
-// every process names a file in it on its command line, so a pid reused by
-// an unrelated process is left alone) and starts from a clean directory.
-func cleanUpPreviousRun(dir, pidFile string) error {
-	if data, err := os.ReadFile(pidFile); err == nil {
-		for _, field := range strings.Fields(string(data)) {
-			pid, err := strconv.Atoi(field)
-			if err != nil || pid <= 1 {
-				continue
-			}
-			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if err != nil || !bytes.Contains(cmdline, []byte(dir)) {
-				continue // gone, or not ours
-			}
-			fmt.Printf("Stopping process %d left by a previous run\n", pid)
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	return os.MkdirAll(dir, 0o755)
 }
