@@ -217,6 +217,9 @@ func (r *MemberReconciler) claim(ctx context.Context, p *ipamv1.SubnetPool, key 
 	case err != nil:
 		return r.hubFailed(p, key, held, err), err
 	}
+	if claim.DeletionTimestamp != nil {
+		return r.terminatingClaim(hctx, p, key, &claim, held)
+	}
 	if d := p.Spec.Delegation; claim.Spec.PoolRef != d.PoolRef {
 		// Left behind by an earlier pool of this name with another
 		// delegation: not this pool's grant, and not ours to adopt.
@@ -236,19 +239,6 @@ func (r *MemberReconciler) claim(ctx context.Context, p *ipamv1.SubnetPool, key 
 			return r.hubFailed(p, key, held, err), err
 		}
 	}
-	if claim.DeletionTimestamp != nil {
-		if held || p.Spec.CIDR != "" {
-			// Our finalizer keeps the claim, and so the range, held in
-			// the hub while this pool may serve it: released with the pool.
-			return ledger.DelegationState{Reason: ipamv1.ReasonDelegationLost,
-				Message: fmt.Sprintf("the claim in the hub (Subnet %s) is being deleted there; it keeps %s for this pool until the pool is deleted", key, p.Spec.CIDR)}, nil
-		}
-		// Nothing recorded, so nothing served: let it go, and claim again.
-		if err := r.dropClaimFinalizer(hctx, &claim); err != nil {
-			return r.hubFailed(p, key, held, err), err
-		}
-		return pending(key, "being deleted in the hub; will claim again once it is gone"), nil
-	}
 	ready := meta.FindStatusCondition(claim.Status.Conditions, ipamv1.ConditionReady)
 	granted, parseErr := ipspace.ParsePrefix(claim.Status.CIDR)
 	if ready == nil || ready.Status != metav1.ConditionTrue || parseErr != nil {
@@ -267,6 +257,52 @@ func (r *MemberReconciler) claim(ctx context.Context, p *ipamv1.SubnetPool, key 
 	}
 	return ledger.DelegationState{Granted: granted, Reason: ipamv1.ReasonDelegated,
 		Message: fmt.Sprintf("the hub granted %s from SubnetPool %s (Subnet %s in the hub)", granted, p.Spec.Delegation.PoolRef, key)}, nil
+}
+
+// terminatingClaim is the state of a pool whose claim was deleted in the
+// hub. The member's finalizer keeps the claim, and so its range, held
+// there while this pool may serve it: released with the pool. A claim
+// still showing the range recorded in spec.cidr is this member's grant
+// for this pool's name, served (a pool restored from a backup adopts it,
+// as it adopts a claim that is not being deleted). One that holds nothing
+// this pool serves is let go, and claimed again once it is gone: kept, it
+// would hold the pool back for good.
+func (r *MemberReconciler) terminatingClaim(ctx context.Context, p *ipamv1.SubnetPool, key types.NamespacedName, claim *ipamv1.Subnet, held bool) (ledger.DelegationState, error) {
+	lost := ledger.DelegationState{Reason: ipamv1.ReasonDelegationLost,
+		Message: fmt.Sprintf("the claim in the hub (Subnet %s) is being deleted there; it keeps %s for this pool until the pool is deleted", key, p.Spec.CIDR)}
+	granted := claimGrant(claim)
+	if controllerutil.ContainsFinalizer(claim, ipamv1.FinalizerDelegation) && claim.Spec.PoolRef == p.Spec.Delegation.PoolRef &&
+		granted.IsValid() && granted.String() == p.Spec.CIDR {
+		if claim.Annotations[ipamv1.AnnotationMemberPoolUID] != string(p.UID) {
+			before := claim.DeepCopy()
+			metav1.SetMetaDataAnnotation(&claim.ObjectMeta, ipamv1.AnnotationMemberPoolUID, string(p.UID))
+			if err := r.Hub.GetClient().Patch(ctx, claim, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+				return r.hubFailed(p, key, held, err), err
+			}
+		}
+		lost.Granted = granted
+		return lost, nil
+	}
+	if held {
+		return lost, nil // still serving what its status proves
+	}
+	if err := r.dropClaimFinalizer(ctx, claim); err != nil {
+		return r.hubFailed(p, key, held, err), err
+	}
+	return pending(key, "being deleted in the hub; will claim again once it is gone"), nil
+}
+
+// claimGrant is the range a claim in the hub was granted: its status's,
+// while Ready; invalid otherwise.
+func claimGrant(claim *ipamv1.Subnet) netip.Prefix {
+	if !meta.IsStatusConditionTrue(claim.Status.Conditions, ipamv1.ConditionReady) {
+		return netip.Prefix{}
+	}
+	granted, err := ipspace.ParsePrefix(claim.Status.CIDR)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	return granted
 }
 
 // spaceRefuses says why the pool's address space takes no root pool from
@@ -355,7 +391,9 @@ func (r *MemberReconciler) record(ctx context.Context, p *ipamv1.SubnetPool, gra
 // conflict, of the same object only.
 func (r *MemberReconciler) setCondition(ctx context.Context, p *ipamv1.SubnetPool, st ledger.DelegationState) error {
 	c := metav1.Condition{Type: ipamv1.ConditionDelegated, Status: metav1.ConditionFalse, Reason: st.Reason, Message: st.Message, ObservedGeneration: p.Generation}
-	if st.Granted.IsValid() {
+	// True only on the hub's standing grant: a pool served on a claim
+	// Terminating in the hub is granted its range, and lost it.
+	if st.Granted.IsValid() && st.Reason == ipamv1.ReasonDelegated {
 		c.Status = metav1.ConditionTrue
 	}
 	current := p
