@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -9,8 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/ledger"
 )
 
 // The hub's claim of a served pool was deleted there (kept, holding its
@@ -78,4 +81,33 @@ func TestARestoredPoolServesItsTerminatingClaimsRange(t *testing.T) {
 			t.Errorf("the terminating claim holding a range this pool does not ask for is kept (finalizers %v): the pool would wait behind it for good", claim.Finalizers)
 		}
 	})
+}
+
+// Delegated is True only on the hub's standing grant: a pool served on a
+// claim Terminating in the hub says it lost the delegation.
+func TestDelegatedIsFalseWhileServedOnATerminatingClaim(t *testing.T) {
+	ctx := context.Background()
+	pool := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: "network", Name: "pods", UID: "uid-pods"}}
+	member := fake.NewClientBuilder().WithScheme(newFakeHub(t).Scheme()).WithObjects(pool).WithStatusSubresource(&ipamv1.SubnetPool{}).Build()
+	r := &MemberReconciler{Client: member, APIReader: member}
+	for _, tt := range []struct {
+		reason string
+		want   metav1.ConditionStatus
+	}{
+		{ipamv1.ReasonDelegated, metav1.ConditionTrue},
+		{ipamv1.ReasonDelegationLost, metav1.ConditionFalse},
+	} {
+		var p ipamv1.SubnetPool
+		if err := member.Get(ctx, client.ObjectKeyFromObject(pool), &p); err != nil {
+			t.Fatal(err)
+		}
+		st := ledger.DelegationState{UID: p.UID, Granted: netip.MustParsePrefix("10.7.0.0/16"), Reason: tt.reason, Message: "m"}
+		if err := r.setCondition(ctx, &p, st); err != nil {
+			t.Fatal(err)
+		}
+		_ = member.Get(ctx, client.ObjectKeyFromObject(pool), &p)
+		if c := meta.FindStatusCondition(p.Status.Conditions, ipamv1.ConditionDelegated); c == nil || c.Status != tt.want || c.Reason != tt.reason {
+			t.Errorf("granted, %s: Delegated %+v, want %s", tt.reason, c, tt.want)
+		}
+	}
 }
