@@ -107,7 +107,7 @@ func run(dir, manager string) error {
 	if err := pids.start(pidFile, env); err != nil {
 		return err
 	}
-	controlPlane := controlPlaneProcesses(env)
+	controlPlane := env.ControlPlaneProcesses()
 
 	// The samples of one namespace, then the plan that a platform
 	// namespace shares with tenant namespaces (config/samples/tenancy),
@@ -185,24 +185,6 @@ ready
 	}
 	fmt.Println("\nStopping ...")
 	return nil
-}
-
-// controlPlaneProcesses are the environment's processes but the managers'
-// (which the environment restarts): etcd, kube-apiserver,
-// kube-controller-manager, cert-manager. By name: a manager's Process
-// changes when it is restarted.
-func controlPlaneProcesses(env *environment.Environment) []*controlplane.Process {
-	managers := map[string]bool{}
-	for _, m := range env.Managers {
-		managers[m.Name] = true
-	}
-	var cp []*controlplane.Process
-	for _, p := range env.Processes() {
-		if !managers[p.Name] {
-			cp = append(cp, p)
-		}
-	}
-	return cp
 }
 
 // firstExit delivers the first of processes to exit.

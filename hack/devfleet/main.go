@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +33,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipamv1 "github.com/subnet-operator/subnet-operator/api/v1alpha2"
+	"github.com/subnet-operator/subnet-operator/test/controlplane"
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
@@ -39,6 +41,13 @@ import (
 // common name of their hub client certificates) and their hub namespaces,
 // as config/samples/fleet/hub names them.
 var members = []string{"member-1", "member-2"}
+
+// A crashed manager's restart back-off, as make dev's (and the kubelet's
+// CrashLoopBackOff, whose first wait is 10 s).
+const (
+	restartInitial = time.Second
+	restartMax     = 5 * time.Minute
+)
 
 func main() {
 	dir := flag.String("dir", ".dev/fleet", "State directory: one subdirectory per control plane (etcd data, certificates, kubeconfig, logs).")
@@ -66,32 +75,64 @@ func run(dir, manager string) error {
 	if manager, err = filepath.Abs(manager); err != nil {
 		return err
 	}
-	var envs []*environment.Environment
+	var (
+		mu   sync.Mutex // envs, the pid file
+		envs []*environment.Environment
+	)
 	defer func() {
-		for _, env := range envs {
+		mu.Lock()
+		stopping := slices.Clone(envs)
+		mu.Unlock() // a restart that Stop waits for records its pid
+		for _, env := range stopping {
 			env.Stop()
 		}
+		// The pid file goes last: until everything has stopped, a crash
+		// of this program leaves the next run something to clean up.
+		_ = os.Remove(pidFile)
 	}()
-	// Every process's pid, as soon as it runs: a run killed while starting
-	// leaves nothing behind for the next.
+	// Every running process's pid, as soon as it runs, and again when a
+	// manager is restarted: a run killed while starting leaves nothing
+	// behind for the next.
 	recordPids := func() error {
+		mu.Lock()
+		defer mu.Unlock()
 		var pids bytes.Buffer
 		for _, env := range envs {
 			for _, p := range env.Processes() {
-				fmt.Fprintln(&pids, p.Pid())
+				select {
+				case <-p.Exited():
+				default:
+					fmt.Fprintln(&pids, p.Pid())
+				}
 			}
 		}
-		return os.WriteFile(pidFile, pids.Bytes(), 0o600)
+		tmp := pidFile + ".tmp"
+		if err := os.WriteFile(tmp, pids.Bytes(), 0o600); err != nil {
+			return err
+		}
+		return os.Rename(tmp, pidFile) // the next run never reads half a file
 	}
-	defer func() { _ = os.Remove(pidFile) }()
+	// A manager that crashes is restarted after a back-off, as a
+	// Deployment's Pod would be; the control planes stay up.
+	restarts := func(plane string) *environment.RestartPolicy {
+		return &environment.RestartPolicy{Initial: restartInitial, Max: restartMax,
+			Log: func(line string) { fmt.Printf("%s: %s\n", plane, line) },
+			Restarted: func(*environment.Manager) {
+				if err := recordPids(); err != nil {
+					fmt.Fprintln(os.Stderr, "dev-fleet: recording the pids:", err)
+				}
+			}}
+	}
 
 	fmt.Println("Starting a hub and two member control planes (etcd, kube-apiserver, cert-manager, the operator) on 127.0.0.1 ...")
 	start := time.Now()
-	hub, err := environment.Start(ctx, environment.Options{Dir: filepath.Join(dir, "hub"), Manager: manager})
+	hub, err := environment.Start(ctx, environment.Options{Dir: filepath.Join(dir, "hub"), Manager: manager, RestartManagers: restarts("hub")})
 	if err != nil {
 		return fmt.Errorf("the hub: %w (logs in %s)", err, filepath.Join(dir, "hub", "logs"))
 	}
+	mu.Lock()
 	envs = append(envs, hub)
+	mu.Unlock()
 	if err := recordPids(); err != nil {
 		return err
 	}
@@ -110,13 +151,15 @@ func run(dir, manager string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			started[i], errs[i] = startMember(ctx, hub, filepath.Join(dir, name), manager, name)
+			started[i], errs[i] = startMember(ctx, hub, filepath.Join(dir, name), manager, name, restarts(name))
 		}()
 	}
 	wg.Wait()
 	for i, env := range started {
 		if env != nil {
+			mu.Lock()
 			envs = append(envs, env)
+			mu.Unlock()
 		}
 		if errs[i] != nil {
 			err = errors.Join(err, fmt.Errorf("%s: %w (logs in %s)", members[i], errs[i], filepath.Join(dir, members[i], "logs")))
@@ -167,14 +210,16 @@ Try, in another shell:
   kubectl --kubeconfig %[2]s get subnets -A -L fleet.ipam.subnet-operator.io/member-cluster
   # ^ each claim in its member's namespace, labelled with the member's identity
 
+A manager that crashes is restarted after a back-off (%[5]s, doubling up to %[6]s),
+as a Deployment's Pod would be, and dev-fleet says so here.
 Ctrl-C stops everything.
 ready
-`, time.Since(start).Round(time.Second), rel(hub.Kubeconfig), rel(started[0].Kubeconfig), rel(started[1].Kubeconfig))
+`, time.Since(start).Round(time.Second), rel(hub.Kubeconfig), rel(started[0].Kubeconfig), rel(started[1].Kubeconfig), restartInitial, restartMax)
 
 	select {
 	case <-ctx.Done():
-	case <-exited(envs):
-		return errors.New("a process of the fleet exited; see the logs in " + rel(dir))
+	case p := <-firstExit(envs):
+		return fmt.Errorf("%s exited (%v): a control plane is gone; see the logs in %s", p.Name, p.Err(), rel(dir))
 	}
 	fmt.Println("\nStopping ...")
 	return nil
@@ -186,7 +231,7 @@ ready
 // control plane with that kubeconfig in the Secret the manager's
 // --hub-kubeconfig-secret names: the manager reads it once, at start, so
 // it goes in before the operator does.
-func startMember(ctx context.Context, hub *environment.Environment, dir, manager, name string) (*environment.Environment, error) {
+func startMember(ctx context.Context, hub *environment.Environment, dir, manager, name string, restarts *environment.RestartPolicy) (*environment.Environment, error) {
 	path, err := hub.AddUser(name)
 	if err != nil {
 		return nil, err
@@ -195,7 +240,7 @@ func startMember(ctx context.Context, hub *environment.Environment, dir, manager
 	if err != nil {
 		return nil, err
 	}
-	opts := environment.Options{Dir: dir, Manager: manager}
+	opts := environment.Options{Dir: dir, Manager: manager, RestartManagers: restarts}
 	opts.AsFleetMember(name, kubeconfig)
 	return environment.Start(ctx, opts)
 }
@@ -226,15 +271,16 @@ func waitGranted(ctx context.Context, member *environment.Environment) error {
 	return nil
 }
 
-// exited is closed when any process of the fleet exits.
-func exited(envs []*environment.Environment) <-chan struct{} {
-	ch := make(chan struct{})
+// firstExit delivers the first process of the fleet's control planes to
+// exit (not a manager's: those are restarted).
+func firstExit(envs []*environment.Environment) <-chan *controlplane.Process {
+	ch := make(chan *controlplane.Process, 1)
 	var once sync.Once
 	for _, env := range envs {
-		for _, p := range env.Processes() {
+		for _, p := range env.ControlPlaneProcesses() {
 			go func() {
 				<-p.Exited()
-				once.Do(func() { close(ch) })
+				once.Do(func() { ch <- p })
 			}()
 		}
 	}

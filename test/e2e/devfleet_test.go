@@ -10,12 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/subnet-operator/subnet-operator/test/controlplane"
 	"github.com/subnet-operator/subnet-operator/test/doctest"
@@ -97,6 +100,10 @@ func TestMakeDevFleet(t *testing.T) {
 	// docs/fleet.md's sessions marked to run in dev-fleet, as a user runs
 	// them from the repository's root: .dev/fleet is this run's directory.
 	runFleetDocs(ctx, t, dir)
+
+	// A member's manager crashes: it is restarted, as a Deployment's Pod
+	// would be, and serves again; the fleet stays up.
+	crashMember(ctx, t, manager, filepath.Join(dir, "member-1"), kubeconfigs["member-1"], printed)
 
 	pidData, err := os.ReadFile(filepath.Join(dir, "pids"))
 	if err != nil {
@@ -219,4 +226,72 @@ func runFleetDocs(ctx context.Context, t *testing.T, dir string) {
 	if ran == 0 {
 		t.Errorf("%s has no session marked to run in dev-fleet", page)
 	}
+}
+
+// crashMember kills member's manager with SIGKILL and waits until a new one
+// serves a create, as TestMakeDev does for make dev.
+func crashMember(ctx context.Context, t *testing.T, manager, memberDir, kubeconfig string, printed func() string) {
+	t.Helper()
+	pid, err := managerOf(manager, memberDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	const subnet = "apiVersion: ipam.subnet-operator.io/v1alpha2\nkind: Subnet\nmetadata: {name: after-crash, namespace: network}\nspec: {poolRef: {name: pods}, prefixLength: 24}\n"
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, stderr, err := env.KubectlOutput(ctx, kubeconfig, []byte(subnet), "create", "-f", "-")
+		last = fmt.Sprintf("%v %s", err, stderr)
+		return err == nil || strings.Contains(stderr, "AlreadyExists"), nil
+	}); err != nil {
+		t.Errorf("no manager of member-1 served a create within 60 s of kill -9: %s\ndev-fleet printed:\n%s", last, printed())
+		return
+	}
+	if _, stderr, err := env.KubectlOutput(ctx, kubeconfig, nil, "wait", "-n", "network", "--for=condition=Ready", "--timeout=60s", "subnet/after-crash"); err != nil {
+		t.Errorf("the Subnet created after the restart is not Ready: %v %s", err, stderr)
+	}
+	if want := "member-1: manager-0 exited (signal: killed); restarting in 1s (restart 1)"; !strings.Contains(printed(), want) {
+		t.Errorf("dev-fleet did not say %q:\n%s", want, printed())
+	}
+	restarted, err := managerOf(manager, memberDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(filepath.Join(filepath.Dir(memberDir), "pids"))
+	if !slices.Contains(strings.Fields(string(data)), strconv.Itoa(restarted)) {
+		t.Errorf("the pid file does not name the restarted manager (pid %d):\n%s", restarted, data)
+	}
+}
+
+// managerOf returns the pid of the one running manager of the control
+// plane whose state is in dir.
+func managerOf(binary, dir string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+		if argv0 != binary || !strings.Contains(string(cmdline), dir+string(filepath.Separator)) {
+			continue
+		}
+		if stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat"); !strings.Contains(string(stat), ") Z ") {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		return 0, fmt.Errorf("%d managers run in %s, want 1: %v", len(pids), dir, pids)
+	}
+	return pids[0], nil
 }

@@ -234,7 +234,7 @@ func Start(ctx context.Context, opts Options) (_ *Environment, err error) {
 		}
 	}
 	for _, m := range env.Managers {
-		if err := env.StartManager(ctx, m); err != nil {
+		if err := env.startFirst(ctx, m); err != nil {
 			return nil, err
 		}
 	}

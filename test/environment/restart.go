@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/subnet-operator/subnet-operator/test/controlplane"
 )
 
 // RestartPolicy has the environment restart a replica whose process exits,
@@ -34,6 +36,36 @@ func (p *RestartPolicy) logf(format string, args ...any) {
 		return
 	}
 	p.Log(line)
+}
+
+// startFirstAttempts bounds the restarts of a replica that exits while
+// the environment starts: a crash loop at start is a bug to report, not to
+// wait out.
+const startFirstAttempts = 4
+
+// startFirst starts a replica for the first time. Under a RestartPolicy, a
+// replica that exits before it is ready is restarted after a back-off, as
+// the kubelet restarts a container that crashes at start, and the policy's
+// log says why it exited; without one, its exit fails the start.
+func (env *Environment) startFirst(ctx context.Context, m *Manager) error {
+	policy := env.opts.RestartManagers
+	delay := time.Second
+	if policy != nil && policy.Initial > 0 {
+		delay = policy.Initial
+	}
+	for attempt := 1; ; attempt++ {
+		err := env.StartManager(ctx, m)
+		if err == nil || policy == nil || m.Running() || attempt == startFirstAttempts || ctx.Err() != nil {
+			return err
+		}
+		policy.logf("%s exited while starting; restarting in %s (attempt %d of %d): %v", m.Name, delay, attempt+1, startFirstAttempts, err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
 }
 
 // superviseManagers restarts each replica that exits, until Stop. While
@@ -94,4 +126,22 @@ func (env *Environment) supervise(ctx context.Context, m *Manager, backoff *flow
 		}
 		// If it exited before it was ready, the next turn says so.
 	}
+}
+
+// ControlPlaneProcesses are the environment's processes but the managers'
+// (which a RestartPolicy restarts): etcd, kube-apiserver,
+// kube-controller-manager, cert-manager. By name: a manager's Process
+// changes when it is restarted.
+func (env *Environment) ControlPlaneProcesses() []*controlplane.Process {
+	managers := map[string]bool{}
+	for _, m := range env.Managers {
+		managers[m.Name] = true
+	}
+	var cp []*controlplane.Process
+	for _, p := range env.Processes() {
+		if !managers[p.Name] {
+			cp = append(cp, p)
+		}
+	}
+	return cp
 }
