@@ -373,16 +373,19 @@ type fence struct {
 	n         int
 }
 
-func newFence(ctx context.Context, c client.Client, namespace string) (*fence, error) {
+func newFence(ctx context.Context, c client.Client, namespace string, run int) (*fence, error) {
 	f := &fence{c: c, namespace: namespace}
-	pool := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: ipamv1.SubnetPoolSpec{CIDR: "192.168.255.0/24"}}
-	subnet := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "fence"}, CIDR: "192.168.255.0/28"}}
+	// A root pool of its own per run: the runs of one process (-count)
+	// share the API server, and root pools may not overlap.
+	octet := 256 - run
+	pool := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: ipamv1.SubnetPoolSpec{CIDR: fmt.Sprintf("192.168.%d.0/24", octet)}}
+	subnet := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Name: "fence"}, CIDR: fmt.Sprintf("192.168.%d.0/28", octet)}}
 	// The Cluster API fences name a pool of another kind, which the
 	// operator leaves alone: they only ever change by the fence's writes.
 	other := capiipam.IPPoolReference{APIGroup: "fence.lifecycle.test", Kind: "Fence", Name: "fence"}
 	claim := &capiipam.IPAddressClaim{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: capiipam.IPAddressClaimSpec{PoolRef: other}}
 	address := &capiipam.IPAddress{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "fence"}, Spec: capiipam.IPAddressSpec{
-		ClaimRef: capiipam.IPAddressClaimReference{Name: "fence"}, PoolRef: other, Address: "192.168.255.1", Prefix: ptr.To[int32](24),
+		ClaimRef: capiipam.IPAddressClaimReference{Name: "fence"}, PoolRef: other, Address: fmt.Sprintf("192.168.%d.1", octet), Prefix: ptr.To[int32](24),
 	}}
 	for _, o := range []client.Object{pool, subnet, claim, address} {
 		if err := retryTransient(ctx, func(ctx context.Context) error { return c.Create(ctx, o) }); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -151,7 +151,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rec.close()
-	f, err := newFence(ctx, c, fenceNS)
+	f, err := newFence(ctx, c, fenceNS, runs)
 	if err != nil {
 		t.Fatal(err)
 	}
