@@ -162,15 +162,21 @@ func grantedTo(p *ipamv1.SubnetPool, d ledger.Decision) types.UID {
 
 // reconcileFinalizer adds the pool-protection finalizer, or removes it from
 // a pool being deleted once nothing uses it. done means the reconcile is
-// over (the finalizer was removed, the pool is about to go).
+// over (the finalizer was removed, the pool is about to go; or it was added
+// to a version read around the cache).
 func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1.SubnetPool) (done bool, err error) {
 	if p.DeletionTimestamp == nil {
 		if controllerutil.ContainsFinalizer(p, ipamv1.FinalizerPoolProtection) {
 			return false, nil
 		}
-		return false, r.patchFinalizers(ctx, p, func(p *ipamv1.SubnetPool) bool {
+		reread, err := r.patchFinalizers(ctx, p, func(p *ipamv1.SubnetPool) bool {
 			return controllerutil.AddFinalizer(p, ipamv1.FinalizerPoolProtection)
 		})
+		// A conflict made patchFinalizers read the pool around the cache:
+		// that version (a restored status) may be one the ledger has not
+		// applied, so no status is written onto it. The finalizer's event
+		// requeues the pool.
+		return reread, err
 	}
 	if !controllerutil.ContainsFinalizer(p, ipamv1.FinalizerPoolProtection) {
 		return true, nil
@@ -207,9 +213,10 @@ func (r *PoolStatusReconciler) reconcileFinalizer(ctx context.Context, p *ipamv1
 		return false, fmt.Errorf("the ledger and the API disagree on the users of SubnetPool %s/%s; retrying", p.Namespace, p.Name)
 	}
 	logf.FromContext(ctx).Info("SubnetPool no longer in use; releasing it", "subnetpool", client.ObjectKeyFromObject(p))
-	return true, client.IgnoreNotFound(r.patchFinalizers(ctx, p, func(p *ipamv1.SubnetPool) bool {
+	_, err = r.patchFinalizers(ctx, p, func(p *ipamv1.SubnetPool) bool {
 		return controllerutil.RemoveFinalizer(p, ipamv1.FinalizerPoolProtection)
-	}))
+	})
+	return true, client.IgnoreNotFound(err)
 }
 
 // refused reports whether a claim from namespace on pool is one the pool
@@ -229,11 +236,14 @@ func (r *PoolStatusReconciler) refused(pool ipamv1.PoolReference, namespace, hel
 // drop a finalizer another client added meanwhile. On a conflict it reads
 // the pool around the cache and tries again, on the same object only (UID):
 // a pool deleted and created again under the same name is another pool,
-// which its own reconcile handles.
-func (r *PoolStatusReconciler) patchFinalizers(ctx context.Context, p *ipamv1.SubnetPool, change func(*ipamv1.SubnetPool) bool) error {
+// which its own reconcile handles. reread says the patch landed on a
+// version read around the cache; that write is not kept as our last write
+// (lastWrites), since reconciles start from it as from a version the
+// ledger has seen.
+func (r *PoolStatusReconciler) patchFinalizers(ctx context.Context, p *ipamv1.SubnetPool, change func(*ipamv1.SubnetPool) bool) (reread bool, err error) {
 	uid := p.UID
 	current := p
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		before := current.DeepCopy()
 		if !change(current) {
 			return nil
@@ -254,13 +264,15 @@ func (r *PoolStatusReconciler) patchFinalizers(ctx context.Context, p *ipamv1.Su
 		current = fresh
 		return err
 	})
+	reread = current != p
 	if err == nil {
-		r.written.record(current)
-		if current != p {
+		if !reread {
+			r.written.record(current)
+		} else {
 			*p = *current
 		}
 	}
-	return err
+	return reread, err
 }
 
 // writeStatus writes p's status for the ledger's figures and readiness,
