@@ -286,6 +286,21 @@ func (r *MemberReconciler) terminatingClaim(ctx context.Context, p *ipamv1.Subne
 	if held {
 		return lost, nil // still serving what its status proves
 	}
+	// The range the claim holds may be an earlier object's of this name,
+	// whose Subnets are still here (its finalizers removed by hand, so
+	// release never ran): as release does, let it go only once nothing
+	// here holds any of it. Retried with back-off: no event of ours
+	// follows the last holder's deletion.
+	if granted.IsValid() {
+		if !r.Ledger.Synced() {
+			return pending(key, "being deleted in the hub; waiting for the ledger to sync before letting it go"),
+				errors.New("waiting for the ledger to sync before letting a terminating claim go")
+		}
+		if _, n := r.Ledger.HeldOverlapping(p.Namespace, p.Name, granted, 0); n > 0 {
+			why := fmt.Sprintf("being deleted in the hub; kept, holding %s there, while %d claims of this pool hold ranges of it", granted, n)
+			return pending(key, why), errors.New(why)
+		}
+	}
 	if err := r.dropClaimFinalizer(ctx, claim); err != nil {
 		return r.hubFailed(p, key, held, err), err
 	}

@@ -68,7 +68,9 @@ func TestARestoredPoolServesItsTerminatingClaimsRange(t *testing.T) {
 
 	t.Run("it holds another range: let go, to claim again", func(t *testing.T) {
 		hubClient := newFakeHub(t, terminating("10.9.0.0/16"))
-		r := &MemberReconciler{Hub: &Hub{Cluster: fakeHub{c: hubClient}, Namespace: "member-a"}, ClusterName: "member-a", HubTimeout: 10e9}
+		synced := ledger.New() // knows no Subnet of the pool: nothing uses it
+		synced.MarkSynced()
+		r := &MemberReconciler{Hub: &Hub{Cluster: fakeHub{c: hubClient}, Namespace: "member-a"}, ClusterName: "member-a", HubTimeout: 10e9, Ledger: synced}
 		st, err := r.claim(ctx, pool, key)
 		if err != nil {
 			t.Fatal(err)
