@@ -34,21 +34,8 @@ func TestARestoredPoolServesItsTerminatingClaimsRange(t *testing.T) {
 			PoolRef: ipamv1.PoolReference{Namespace: "platform", Name: "plan"}, PrefixLength: ptr.To[int32](16)}},
 	}
 	key := types.NamespacedName{Namespace: "member-a", Name: claimName("member-a", client.ObjectKeyFromObject(pool))}
-	terminating := func(cidr string) *ipamv1.Subnet {
-		s := &ipamv1.Subnet{
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-				Labels:      map[string]string{ipamv1.LabelMemberCluster: "member-a"},
-				Annotations: map[string]string{ipamv1.AnnotationMemberPool: "network/pods", ipamv1.AnnotationMemberPoolUID: "old-uid"},
-				Finalizers:  []string{ipamv1.FinalizerDelegation}, DeletionTimestamp: ptr.To(metav1.Now())},
-			Spec: ipamv1.SubnetSpec{PoolRef: pool.Spec.Delegation.PoolRef, PrefixLength: ptr.To[int32](16), CIDR: cidr},
-		}
-		s.Status.CIDR = cidr
-		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated, Message: "granted"})
-		return s
-	}
-
 	t.Run("it holds the recorded range: adopted and served", func(t *testing.T) {
-		hubClient := newFakeHub(t, terminating("10.7.0.0/16"))
+		hubClient := newFakeHub(t, terminatingHubClaim(key, pool.Spec.Delegation.PoolRef, "10.7.0.0/16", "old-uid"))
 		r := &MemberReconciler{Hub: &Hub{Cluster: fakeHub{c: hubClient}, Namespace: "member-a"}, ClusterName: "member-a", HubTimeout: 10e9}
 		st, err := r.claim(ctx, pool, key)
 		if err != nil {
@@ -67,7 +54,7 @@ func TestARestoredPoolServesItsTerminatingClaimsRange(t *testing.T) {
 	})
 
 	t.Run("it holds another range: let go, to claim again", func(t *testing.T) {
-		hubClient := newFakeHub(t, terminating("10.9.0.0/16"))
+		hubClient := newFakeHub(t, terminatingHubClaim(key, pool.Spec.Delegation.PoolRef, "10.9.0.0/16", "old-uid"))
 		synced := ledger.New() // knows no Subnet of the pool: nothing uses it
 		synced.MarkSynced()
 		r := &MemberReconciler{Hub: &Hub{Cluster: fakeHub{c: hubClient}, Namespace: "member-a"}, ClusterName: "member-a", HubTimeout: 10e9, Ledger: synced}
@@ -112,4 +99,28 @@ func TestDelegatedIsFalseWhileServedOnATerminatingClaim(t *testing.T) {
 			t.Errorf("granted, %s: Delegated %+v, want %s", tt.reason, c, tt.want)
 		}
 	}
+}
+
+// terminatingHubClaim is a member pool's claim in the hub, deleted there
+// and kept by the member's finalizer, holding cidr (Ready), made for the
+// member pool object uid.
+func terminatingHubClaim(key types.NamespacedName, hubPool ipamv1.PoolReference, cidr string, uid types.UID) *ipamv1.Subnet {
+	s := &ipamv1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Labels:      map[string]string{ipamv1.LabelMemberCluster: "member-a"},
+			Annotations: map[string]string{ipamv1.AnnotationMemberPool: "network/pods", ipamv1.AnnotationMemberPoolUID: string(uid)},
+			Finalizers:  []string{ipamv1.FinalizerDelegation}, DeletionTimestamp: ptr.To(metav1.Now())},
+		Spec: ipamv1.SubnetSpec{PoolRef: hubPool, PrefixLength: ptr.To[int32](16)},
+	}
+	s.Status.CIDR = cidr
+	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated, Message: "granted"})
+	return s
+}
+
+// readyMemberSubnet is a Subnet of the member pool network/pods, Ready on cidr.
+func readyMemberSubnet(name, cidr string) *ipamv1.Subnet {
+	return &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "network", Name: name, UID: types.UID(name + "-uid")},
+		Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Namespace: "network", Name: "pods"}, PrefixLength: ptr.To[int32](24)},
+		Status: ipamv1.SubnetStatus{CIDR: cidr, Conditions: []metav1.Condition{{Type: ipamv1.ConditionReady,
+			Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated}}}}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -37,24 +36,13 @@ func TestATerminatingClaimIsNotLetGoWhileSubnetsStillUseItsRange(t *testing.T) {
 			ctx := context.Background()
 			pool := &ipamv1.SubnetPool{ObjectMeta: metav1.ObjectMeta{Namespace: "network", Name: "pods", UID: "new-uid"}, Spec: spec}
 			key := types.NamespacedName{Namespace: "member-a", Name: claimName("member-a", client.ObjectKeyFromObject(pool))}
-			claim := &ipamv1.Subnet{
-				ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-					Labels:      map[string]string{ipamv1.LabelMemberCluster: "member-a"},
-					Annotations: map[string]string{ipamv1.AnnotationMemberPool: "network/pods", ipamv1.AnnotationMemberPoolUID: "old-uid"},
-					Finalizers:  []string{ipamv1.FinalizerDelegation}, DeletionTimestamp: ptr.To(metav1.Now())},
-				Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Namespace: "platform", Name: "plan"}, PrefixLength: ptr.To[int32](16)},
-			}
-			claim.Status.CIDR = "10.7.0.0/16"
-			meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated, Message: "granted"})
+			claim := terminatingHubClaim(key, ipamv1.PoolReference{Namespace: "platform", Name: "plan"}, "10.7.0.0/16", "old-uid")
 			hubClient := newFakeHub(t, claim)
 
 			l := ledger.New()
 			l.MarkSynced()
 			l.ApplyPool(pool.DeepCopy(), ledger.Created, nil)
-			web := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "network", Name: "web", UID: "web-uid"},
-				Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Namespace: "network", Name: "pods"}, PrefixLength: ptr.To[int32](24)},
-				Status: ipamv1.SubnetStatus{CIDR: "10.7.0.0/24", Conditions: []metav1.Condition{{Type: ipamv1.ConditionReady,
-					Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated}}}}
+			web := readyMemberSubnet("web", "10.7.0.0/24")
 			l.ApplySubnet(web, ledger.Created, nil)
 			if _, subnets, _ := l.Users("network", "pods", 0); subnets != 1 {
 				t.Fatalf("the ledger sees %d Subnets using the pool, want 1", subnets)
@@ -79,23 +67,12 @@ func TestATerminatingClaimIsLetGoWhenNoSubnetHoldsItsRange(t *testing.T) {
 		Spec: ipamv1.SubnetPoolSpec{CIDR: "10.9.0.0/16", Delegation: &ipamv1.PoolDelegation{
 			PoolRef: ipamv1.PoolReference{Namespace: "platform", Name: "plan"}, PrefixLength: ptr.To[int32](16)}}}
 	key := types.NamespacedName{Namespace: "member-a", Name: claimName("member-a", client.ObjectKeyFromObject(pool))}
-	claim := &ipamv1.Subnet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-			Labels:      map[string]string{ipamv1.LabelMemberCluster: "member-a"},
-			Annotations: map[string]string{ipamv1.AnnotationMemberPool: "network/pods", ipamv1.AnnotationMemberPoolUID: "old-uid"},
-			Finalizers:  []string{ipamv1.FinalizerDelegation}, DeletionTimestamp: ptr.To(metav1.Now())},
-		Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Namespace: "platform", Name: "plan"}, PrefixLength: ptr.To[int32](16)},
-	}
-	claim.Status.CIDR = "10.7.0.0/16"
-	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{Type: ipamv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated, Message: "granted"})
+	claim := terminatingHubClaim(key, pool.Spec.Delegation.PoolRef, "10.7.0.0/16", "old-uid")
 	hubClient := newFakeHub(t, claim)
 	l := ledger.New()
 	l.MarkSynced()
 	l.ApplyPool(pool.DeepCopy(), ledger.Created, nil)
-	l.ApplySubnet(&ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: "network", Name: "web", UID: "web-uid"},
-		Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Namespace: "network", Name: "pods"}, PrefixLength: ptr.To[int32](24)},
-		Status: ipamv1.SubnetStatus{CIDR: "10.9.1.0/24", Conditions: []metav1.Condition{{Type: ipamv1.ConditionReady,
-			Status: metav1.ConditionTrue, Reason: ipamv1.ReasonAllocated}}}}, ledger.Created, nil)
+	l.ApplySubnet(readyMemberSubnet("web", "10.9.1.0/24"), ledger.Created, nil)
 	r := &MemberReconciler{Hub: &Hub{Cluster: fakeHub{c: hubClient}, Namespace: "member-a"}, ClusterName: "member-a", HubTimeout: 10e9, Ledger: l}
 	if _, err := r.claim(ctx, pool, key); err != nil {
 		t.Fatal(err)

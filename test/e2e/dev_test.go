@@ -251,7 +251,7 @@ func TestMakeDev(t *testing.T) {
 func managerCrashRestarts(ctx context.Context, t *testing.T, run *devRun, manager, dir string) {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	// The manager as ps shows it: the process running the binary.
-	old, err := pidOf(manager)
+	old, err := pidOf(manager, "")
 	if err != nil {
 		t.Error(err)
 		return
@@ -267,7 +267,7 @@ func managerCrashRestarts(ctx context.Context, t *testing.T, run *devRun, manage
 	killed := time.Now()
 	// Until the old one is gone, it could still answer.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		pid, _ := pidOf(manager)
+		pid, _ := pidOf(manager, "")
 		return pid != old, nil
 	}); err != nil {
 		t.Errorf("the manager (pid %d) still runs after kill -9", old)
@@ -295,7 +295,7 @@ func managerCrashRestarts(ctx context.Context, t *testing.T, run *devRun, manage
 	}
 	// The next run must be able to stop the new manager if this one
 	// crashes: the pid file names it.
-	current, err := pidOf(manager)
+	current, err := pidOf(manager, "")
 	if err != nil {
 		t.Error(err)
 		return
@@ -307,8 +307,8 @@ func managerCrashRestarts(ctx context.Context, t *testing.T, run *devRun, manage
 }
 
 // pidOf returns the pid of the one process running binary (its argv[0]),
-// as ps would show it.
-func pidOf(binary string) (int, error) {
+// as ps would show it, whose command line contains arg (any, if empty).
+func pidOf(binary, arg string) (int, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
@@ -323,14 +323,14 @@ func pidOf(binary string) (int, error) {
 		if err != nil {
 			continue
 		}
-		if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); argv0 == binary {
+		if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); argv0 == binary && strings.Contains(string(cmdline), arg) {
 			if stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat"); !strings.Contains(string(stat), ") Z ") {
 				pids = append(pids, pid)
 			}
 		}
 	}
 	if len(pids) != 1 {
-		return 0, fmt.Errorf("%d processes run %s, want 1: %v", len(pids), binary, pids)
+		return 0, fmt.Errorf("%d processes run %s %s, want 1: %v", len(pids), binary, arg, pids)
 	}
 	return pids[0], nil
 }

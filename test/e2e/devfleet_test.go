@@ -232,7 +232,7 @@ func runFleetDocs(ctx context.Context, t *testing.T, dir string) {
 // serves a create, as TestMakeDev does for make dev.
 func crashMember(ctx context.Context, t *testing.T, manager, memberDir, kubeconfig string, printed func() string) {
 	t.Helper()
-	pid, err := managerOf(manager, memberDir)
+	pid, err := pidOf(manager, memberDir+string(filepath.Separator))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func crashMember(ctx context.Context, t *testing.T, manager, memberDir, kubeconf
 	if want := "member-1: manager-0 exited (signal: killed); restarting in 1s (restart 1)"; !strings.Contains(printed(), want) {
 		t.Errorf("dev-fleet did not say %q:\n%s", want, printed())
 	}
-	restarted, err := managerOf(manager, memberDir)
+	restarted, err := pidOf(manager, memberDir+string(filepath.Separator))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,35 +263,4 @@ func crashMember(ctx context.Context, t *testing.T, manager, memberDir, kubeconf
 	if !slices.Contains(strings.Fields(string(data)), strconv.Itoa(restarted)) {
 		t.Errorf("the pid file does not name the restarted manager (pid %d):\n%s", restarted, data)
 	}
-}
-
-// managerOf returns the pid of the one running manager of the control
-// plane whose state is in dir.
-func managerOf(binary, dir string) (int, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
-		if argv0 != binary || !strings.Contains(string(cmdline), dir+string(filepath.Separator)) {
-			continue
-		}
-		if stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat"); !strings.Contains(string(stat), ") Z ") {
-			pids = append(pids, pid)
-		}
-	}
-	if len(pids) != 1 {
-		return 0, fmt.Errorf("%d managers run in %s, want 1: %v", len(pids), dir, pids)
-	}
-	return pids[0], nil
 }
