@@ -182,8 +182,10 @@ func (l *Ledger) ApplyPool(p *ipamv1.SubnetPool, typ EventType, old any) {
 	l.b.pastStartUp = l.b.pastStartUp || synced
 	wake := l.b.applyPool(p)
 	l.mu.Unlock()
-	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
+	// Listeners first, as for Subnets: an admission that waited for the
+	// ledger to catch up then also finds what they keep (PoolHints).
 	l.publish(Event{Type: typ, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: p, OldObject: old, Wake: refs(wake)})
+	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
 }
 
 // applyPool records a pool's facts and returns the claims to wake. The
@@ -253,8 +255,8 @@ func (l *Ledger) DeletePool(obj any) {
 		b.dropIfEmpty(s)
 	}
 	l.mu.Unlock()
-	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
 	l.publish(Event{Type: Deleted, Kind: statuscalc.KindSubnetPool, Namespace: p.Namespace, Name: p.Name, Object: obj, Wake: refs(wake)})
+	l.noteChange(statuscalc.KindSubnetPool, p.ResourceVersion)
 }
 
 // sameRules reports whether two versions of a pool hand out ranges alike.

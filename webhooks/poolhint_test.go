@@ -1,6 +1,8 @@
 package webhooks
 
 import (
+	"strings"
+	"sync"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,5 +89,33 @@ func TestCreateWarningSuggestsPool(t *testing.T) {
 		"Did you mean netops/corp? spec.poolRef cannot change: delete the Subnet and create it again with poolRef netops/corp"
 	if len(warnings) != 1 || warnings[0] != want {
 		t.Errorf("warnings %q, want [%q]", warnings, want)
+	}
+}
+
+// A pool created in another namespace a moment before the Subnet that
+// meant it (CI failed TestSubnetWaitingForAMissingPoolNamesTheLikelyPool
+// so): the API server stores it, the informer has not delivered it yet.
+// The barrier before a not-found warning covered only the Subnet's own
+// namespace, so the hint was missing. The warning now catches up across
+// namespaces first.
+func TestCreateWarningSuggestsAPoolCreatedAMomentAgoElsewhere(t *testing.T) {
+	w := newWorld()
+	corp := hintPool("netops", "corp", "10.0.0.0/8", ipamv1.FromAll)
+	w.api.add(corp) // stored and returned to its client; not delivered yet
+	// The informer delivers it only once a read covers its namespace.
+	var deliver sync.Once
+	w.api.onRead = func(namespace string) {
+		if namespace == "" || namespace == corp.Namespace {
+			deliver.Do(func() { w.ledger.ApplyPool(corp, ledger.Created, nil) })
+		}
+	}
+	s := &ipamv1.Subnet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: ipamv1.SubnetSpec{PoolRef: ipamv1.PoolReference{Namespace: ns, Name: "corp"}, PrefixLength: new(int32(24))}}
+	warnings, err := w.subnetValidator().ValidateCreate(withOp("CREATE"), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "Did you mean netops/corp?") {
+		t.Errorf("warnings %q: no hint of the pool netops/corp, stored before the Subnet's create", warnings)
 	}
 }

@@ -228,7 +228,12 @@ func (v *SubnetValidator) validate(ctx context.Context, old, s *ipamv1.Subnet) (
 	} else {
 		// GitOps applies in any order: the Subnet waits for its pool. A
 		// reference that is likely a mistake names the pool it may have
-		// meant, as the Subnet's condition will.
+		// meant, as the Subnet's condition will: a pool of any namespace,
+		// so the view is brought up to date across namespaces first (a
+		// pool created a moment ago elsewhere is the likely one). A view
+		// that does not catch up only loses the hint: a warning is not
+		// worth refusing the request for.
+		v.fresh.catchUpForHints(ctx, statuscalc.KindSubnetPool)
 		warnings = admission.Warnings{PoolNotFoundMessage(PoolHintsFor(v.Ledger), ref, s.Namespace)}
 	}
 	// An explicit range must not overlap the pool's other claims, including

@@ -120,28 +120,9 @@ func (f *freshness) await(ctx context.Context, namespace string, kinds ...string
 	if err := f.ledger.WaitForSync(syncCtx); err != nil {
 		return apierrors.NewTimeoutError("the operator's view of SubnetPools and Subnets is still loading on this replica; retry shortly", 1)
 	}
-	start := time.Now()
 	ctx, cancel = context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	marks := make([]ledger.Watermark, len(kinds))
-	errs := make(chan error, len(kinds))
-	for i, kind := range kinds {
-		go func() { // the reads are independent: take them in parallel
-			var err error
-			marks[i], err = f.reads.watermark(ctx, namespace, kind)
-			errs <- err
-		}()
-	}
-	var readErr error
-	for range kinds {
-		if err := <-errs; err != nil && readErr == nil {
-			readErr = err
-		}
-	}
-	caughtUp := readErr == nil && f.ledger.AwaitCaughtUp(ctx, f.timeout, marks...)
-	for _, kind := range kinds {
-		freshnessWait.WithLabelValues(kind).Observe(time.Since(start).Seconds())
-	}
+	caughtUp, readErr := f.catchUp(ctx, namespace, kinds...)
 	switch {
 	case readErr != nil && ctx.Err() == nil:
 		return apierrors.NewInternalError(fmt.Errorf("reading the current state from the API server: %w", readErr))
@@ -154,6 +135,43 @@ func (f *freshness) await(ctx context.Context, namespace string, kinds ...string
 		return errNotCaughtUp(f.timeout)
 	}
 	return nil
+}
+
+// catchUpForHints is await for what only informs (a warning's hint): it
+// refuses nothing and counts no stale decision. A view not caught up in
+// time leaves the hint to what it knows.
+func (f *freshness) catchUpForHints(ctx context.Context, kinds ...string) {
+	if !f.ledger.Synced() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	_, _ = f.catchUp(ctx, "", kinds...)
+}
+
+// catchUp reads the API server's watermark of each kind in namespace (all,
+// if empty) and waits until the ledger has caught up with them.
+func (f *freshness) catchUp(ctx context.Context, namespace string, kinds ...string) (caughtUp bool, readErr error) {
+	start := time.Now()
+	marks := make([]ledger.Watermark, len(kinds))
+	errs := make(chan error, len(kinds))
+	for i, kind := range kinds {
+		go func() { // the reads are independent: take them in parallel
+			var err error
+			marks[i], err = f.reads.watermark(ctx, namespace, kind)
+			errs <- err
+		}()
+	}
+	for range kinds {
+		if err := <-errs; err != nil && readErr == nil {
+			readErr = err
+		}
+	}
+	caughtUp = readErr == nil && f.ledger.AwaitCaughtUp(ctx, f.timeout, marks...)
+	for _, kind := range kinds {
+		freshnessWait.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	}
+	return caughtUp, readErr
 }
 
 // awaitDomain makes the ledger fresh for a decision about the claims of
