@@ -211,10 +211,9 @@ func TestGracefulHandOverDuringABurst(t *testing.T) {
 					refusedMu.Unlock()
 					return
 				}
-				// 30 s of retries: on two loaded cores the stopping leader
-				// can miss its renew deadline mid-stop and exit at once,
-				// cutting the API server's open webhook connections (EOF)
-				// while the survivor takes on their load.
+				// Up to 30 s of retries: the stopping leader's webhook
+				// refuses or cuts requests while it stops (on two loaded
+				// cores, for seconds); the survivor answers.
 				if err == nil || apierrors.IsAlreadyExists(err) || attempt == 300 {
 					if err != nil && !apierrors.IsAlreadyExists(err) {
 						t.Errorf("create %s: %v", s.Name, err)

@@ -23,11 +23,17 @@ import (
 	"github.com/subnet-operator/subnet-operator/test/environment"
 )
 
-// Short leases, so a killed leader is replaced within seconds.
+// Shorter leases than the manager's defaults (15 s, 10 s, 2 s), so a
+// killed leader is replaced within seconds; a renew deadline long enough
+// for two loaded cores. At 4 s and 3 s, the new leader of a hand-over
+// during a burst of creates could not renew in time (the lease read took
+// over 3 s) and exited, leaving no replica: every admission then failed
+// with EOF and nothing was allocated (TestGracefulHandOverDuringABurst in
+// CI, and the tests after it).
 const (
-	leaseDuration = 4 * time.Second
-	renewDeadline = 3 * time.Second
-	retryPeriod   = 500 * time.Millisecond
+	leaseDuration = 10 * time.Second
+	renewDeadline = 8 * time.Second
+	retryPeriod   = time.Second
 )
 
 var (
