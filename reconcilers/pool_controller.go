@@ -129,7 +129,7 @@ func (r *PoolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	if d.Ready() {
 		readiness.Status = metav1.ConditionTrue
 	}
-	if written, err := r.writeStatus(ctx, &p, figures, readiness); err != nil || !written {
+	if current, err := r.writeStatus(ctx, &p, figures, readiness); err != nil || !current {
 		return reconcile.Result{RequeueAfter: newerVersionRetry}, err
 	}
 	return reconcile.Result{}, nil
@@ -279,8 +279,10 @@ func (r *PoolStatusReconciler) patchFinalizers(ctx context.Context, p *ipamv1.Su
 // on the condition that p is still the stored version (an optimistic
 // lock). On a conflict it stops: another writer's newer version carries
 // facts (a restored status, a new spec) the decision did not see, so a
-// retry with the same decision could undo them. written is false then.
-func (r *PoolStatusReconciler) writeStatus(ctx context.Context, p *ipamv1.SubnetPool, figures statuscalc.Figures, readiness statuscalc.Readiness) (written bool, err error) {
+// retry with the same decision could undo them. current says the stored
+// status is the decision's (written now, already so, or the pool is gone);
+// false after a conflict.
+func (r *PoolStatusReconciler) writeStatus(ctx context.Context, p *ipamv1.SubnetPool, figures statuscalc.Figures, readiness statuscalc.Readiness) (current bool, err error) {
 	status := statuscalc.Status(p, figures, readiness)
 	if equality.Semantic.DeepEqual(p.Status, status) {
 		return true, nil
